@@ -1,0 +1,74 @@
+#pragma once
+// The compute seam. The model calls kernels only through Backend, so a CUDA backend (device
+// memory, cuBLAS) can replace the CPU one without touching model code. Signatures and semantics
+// are those of kernels/cpu/*.hpp; backward kernels accumulate (+=).
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/cpu/matmul.hpp"
+
+namespace ntp {
+
+using WeightLayout = cpu::WeightLayout;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Zero-initialised buffer of n floats in the backend's memory; release with release().
+  virtual float* allocate(std::size_t n) = 0;
+  virtual void release(float* p) = 0;
+  virtual void zero(float* p, std::size_t n) = 0;
+  virtual void copy(float* dst, const float* src, std::size_t n) = 0;
+  virtual void to_host(float* host, const float* src, std::size_t n) = 0;
+  virtual void from_host(float* dst, const float* host, std::size_t n) = 0;
+  virtual int* allocate_ints(std::size_t n) = 0;
+  virtual void release_ints(int* p) = 0;
+  virtual void ints_from_host(int* dst, const int* host, std::size_t n) = 0;
+
+  virtual void embedding_forward(float* out, const int* tokens, const float* wte, const int* local_row, int BT,
+                                 int C) = 0;
+  virtual void embedding_backward(float* dwte, const float* dout, const int* tokens, const int* local_row, int BT,
+                                  int C) = 0;
+  virtual void position_embedding_forward(float* out, const float* wpe, int B, int T, int C) = 0;
+  virtual void position_embedding_backward(float* dwpe, const float* dout, int B, int T, int C) = 0;
+
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                 const float* bias, int BT, int C) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                  const float* weight, const float* mean, const float* rstd, int BT, int C) = 0;
+
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int BT, int C,
+                              int OC, WeightLayout layout) = 0;
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int BT, int C, int OC, WeightLayout layout) = 0;
+  virtual void bias_forward(float* out, const float* bias, int BT, int OC) = 0;
+  virtual void bias_backward(float* dbias, const float* dout, int BT, int OC) = 0;
+
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) = 0;
+  virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* att, int B, int T, int NH, int HS) = 0;
+
+  virtual void gelu_forward(float* out, const float* inp, long N) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, long N) = 0;
+
+  virtual void residual_forward(float* out, const float* a, const float* b, long N) = 0;
+  virtual void residual_backward(float* da, float* db, const float* dout, long N) = 0;
+
+  virtual void crossentropy_local_max(float* row_max, const float* logits, int BT, int Vl) = 0;
+  virtual void crossentropy_local_sums(float* sums, const float* logits, const float* row_max, const int* targets,
+                                       const int* local_row, int BT, int Vl) = 0;
+  virtual void crossentropy_loss(float* losses, const float* row_max, const float* sums, int BT) = 0;
+  virtual void crossentropy_backward(float* dlogits, const float* logits, const float* row_max, const float* sums,
+                                     const int* targets, const int* local_row, float dloss, int BT, int Vl) = 0;
+
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v, long n, float lr, float beta1,
+                            float beta2, float eps, float weight_decay, float grad_scale, int t) = 0;
+  virtual double sum_squares(const float* x, long n) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace ntp

@@ -1,0 +1,147 @@
+#include "checkpoint.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "h5.hpp"
+#include "reshard.hpp"
+
+namespace ntp {
+
+namespace {
+int dim_index(ShardDim d) { return d == ShardDim::Heads ? 0 : d == ShardDim::Mlp ? 1 : 2; }
+
+void check_model(hid_t f, const std::string& path, const ModelConfig& m) {
+  const std::pair<const char*, int> dims[] = {{"vocab", m.vocab},   {"context", m.context}, {"layers", m.layers},
+                                              {"heads", m.heads},   {"hidden", m.hidden}};
+  for (auto [name, want] : dims) {
+    if (!h5::has_attr(f, "/", name)) continue;  // foreign checkpoints: the tensor shapes still get checked
+    const long long got = h5::get_attr_int(f, "/", name);
+    if (got != want)
+      throw std::runtime_error(fmt::format("checkpoint {}: {} = {}, but this run has {} = {}", path, name, got, name,
+                                           want));
+  }
+}
+
+// Canonical full tensor -> this rank's units.
+void scatter_units(float* dst, const std::vector<float>& canonical, const TensorSpec& s, const TensorSlot& slot) {
+  long k = 0;
+  for (int u : slot.units)
+    for (long e = 0; e < s.unit_elems; ++e) dst[k++] = canonical[long(u) * s.unit_elems + e];
+}
+}  // namespace
+
+SourceOwners owners_in_replica(const TpLayout& layout, const std::vector<int>& replica_ranks) {
+  SourceOwners o;
+  const ShardMap* maps[3] = {&layout.heads, &layout.mlp, &layout.vocab};
+  for (int d = 0; d < 3; ++d) {
+    o[d].resize(maps[d]->units());
+    for (int u = 0; u < maps[d]->units(); ++u) o[d][u] = replica_ranks[maps[d]->owner(u)];
+  }
+  return o;
+}
+
+void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners, GptModel& model,
+                     AdamW& opt, const CheckpointMeta& meta) {
+  const ParamLayout& L = model.layout();
+  const ModelConfig& m = L.model();
+  const bool writing = comm.rank() == writer;
+  std::vector<ReshardPlan> plans;
+  for (int d = 0; d < 3; ++d)
+    plans.emplace_back(owners[d], std::vector<int>(owners[d].size(), writer), comm.rank(), comm.size());
+
+  const std::string tmp = path + ".partial";
+  std::unique_ptr<h5::File> file;
+  if (writing) {
+    std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+    file = std::make_unique<h5::File>(tmp, h5::Mode::Truncate);
+    hid_t f = file->id();
+    h5::set_attr(f, "/", "format", std::string("ntpbench GPT-2 checkpoint (Hugging Face names, fp32)"));
+    h5::set_attr(f, "/", "step", static_cast<long long>(meta.step));
+    h5::set_attr(f, "/", "samples_consumed", meta.samples_consumed);
+    const std::pair<const char*, int> dims[] = {{"vocab", m.vocab}, {"context", m.context}, {"layers", m.layers},
+                                                {"heads", m.heads}, {"hidden", m.hidden}};
+    for (auto [name, v] : dims) h5::set_attr(f, "/", name, static_cast<long long>(v));
+  }
+
+  std::vector<float> full[3];
+  float* local[3] = {model.params(), opt.m(), opt.v()};
+  const char* prefix[3] = {"", "optimizer/m/", "optimizer/v/"};
+  for (int t = 0; t < L.tensor_count(); ++t) {
+    const TensorSpec& s = L.specs()[t];
+    const TensorSlot& slot = L.slot(t);
+    const long n = s.full_elems(m);
+    if (s.dim == ShardDim::Replicated) {
+      if (!writing) continue;
+      for (int k = 0; k < 3; ++k) full[k].assign(local[k] + slot.offset, local[k] + slot.offset + n);
+    } else {
+      const ReshardPlan& plan = plans[dim_index(s.dim)];
+      std::vector<ReshardTensor> tensors;
+      for (int k = 0; k < 3; ++k) {
+        full[k].assign(writing ? n : 0, 0.0f);
+        tensors.push_back({local[k] + slot.offset, writing ? full[k].data() : nullptr, s.unit_elems});
+      }
+      reshard(comm, plan, tensors);
+      if (!writing) continue;
+    }
+    for (int k = 0; k < 3; ++k) {
+      const auto hf = to_hf(m, s, full[k]);
+      h5::write_floats(file->id(), prefix[k] + s.name, s.hf_shape, hf.data());
+    }
+  }
+  if (writing) {
+    file->flush();
+    file.reset();
+    std::filesystem::rename(tmp, path);
+  }
+}
+
+CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* opt) {
+  const ParamLayout& L = model.layout();
+  const ModelConfig& m = L.model();
+  h5::File file(path, h5::Mode::ReadOnly);
+  hid_t f = file.id();
+  check_model(f, path, m);
+  CheckpointMeta meta;
+  if (h5::has_attr(f, "/", "step")) meta.step = static_cast<int>(h5::get_attr_int(f, "/", "step"));
+  if (h5::has_attr(f, "/", "samples_consumed")) meta.samples_consumed = h5::get_attr_int(f, "/", "samples_consumed");
+  meta.has_optimizer = h5::exists(f, "optimizer/m/wte");
+  const bool load_opt = opt && meta.has_optimizer;
+
+  std::vector<float> host;
+  for (int t = 0; t < L.tensor_count(); ++t) {
+    const TensorSpec& s = L.specs()[t];
+    const TensorSlot& slot = L.slot(t);
+    host.resize(slot.elems);
+    struct Target {
+      std::string name;
+      float* dst;
+    };
+    std::vector<Target> targets = {{s.name, model.params() + slot.offset}};
+    if (load_opt) {
+      targets.push_back({"optimizer/m/" + s.name, opt->m() + slot.offset});
+      targets.push_back({"optimizer/v/" + s.name, opt->v() + slot.offset});
+    }
+    for (auto& tg : targets) {
+      const auto canonical = from_hf(m, s, h5::read_floats(f, tg.name, s.hf_shape));
+      scatter_units(host.data(), canonical, s, slot);
+      model.backend().from_host(tg.dst, host.data(), host.size());
+    }
+  }
+  if (load_opt) opt->set_steps_taken(meta.step);
+  return meta;
+}
+
+std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, const ModelConfig& m) {
+  h5::File file(path, h5::Mode::ReadOnly);
+  check_model(file.id(), path, m);
+  std::vector<std::vector<float>> out;
+  for (const auto& s : gpt2_tensors(m)) out.push_back(from_hf(m, s, h5::read_floats(file.id(), s.name, s.hf_shape)));
+  return out;
+}
+
+}  // namespace ntp

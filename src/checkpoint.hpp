@@ -1,0 +1,41 @@
+#pragma once
+// Checkpoints in HDF5, in Hugging Face GPT-2 names and shapes, full (unsharded) tensors:
+//   /wte, /wpe, /h.{i}.ln_1.weight, /h.{i}.attn.c_attn.weight [d, 3d], ..., /ln_f.bias
+//   /optimizer/m/<name>, /optimizer/v/<name>        AdamW moments (same shapes)
+//   root attributes: step, samples_consumed, vocab, context, layers, heads, hidden, format
+// Written at any TP layout, loadable at any other (and by other tools).
+#include <array>
+#include <string>
+#include <vector>
+
+#include "comm.hpp"
+#include "gpt_model.hpp"
+#include "optimizer.hpp"
+
+namespace ntp {
+
+struct CheckpointMeta {
+  int step = 0;                      // optimizer steps taken
+  long long samples_consumed = 0;    // the global data cursor
+  bool has_optimizer = false;
+};
+
+// Where each unit of the three sharded dimensions (heads, mlp, vocab) is read from, as ranks of
+// the communicator passed to save_checkpoint. Replicated tensors come from the writer.
+using SourceOwners = std::array<std::vector<int>, 3>;
+SourceOwners owners_in_replica(const TpLayout& layout, const std::vector<int>& replica_ranks);
+
+// Collective over `comm`: gathers the shards to `writer` (a rank of the source replica) with the
+// reshard primitive; the writer writes `path` atomically (temporary file, then rename). Ranks
+// outside the source replica pass their model too (they send nothing).
+void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners, GptModel& model,
+                     AdamW& opt, const CheckpointMeta& meta);
+
+// Every rank reads its own shards. Loads the AdamW moments and step too when `opt` is given and
+// the file has them. Checks the model dimensions and every tensor's shape.
+CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* opt);
+
+// The full canonical (TP 1 storage order) value of every parameter tensor, for comparisons.
+std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, const ModelConfig& m);
+
+}  // namespace ntp

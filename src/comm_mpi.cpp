@@ -1,0 +1,132 @@
+// MPI implementation of the communication seam.
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+
+#include "comm.hpp"
+
+namespace ntp {
+
+namespace {
+
+// MPI counts are int: large buffers go in pieces so gpt2-xl-sized gradients still reduce.
+constexpr std::size_t kMaxChunk = std::size_t(1) << 30;
+
+template <typename T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <>
+MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI error in ") + what);
+}
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiComm() override {
+    if (owned_) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduce_sum(float* buf, std::size_t n) override { allreduce(buf, n, MPI_SUM); }
+  void allreduce_sum(double* buf, std::size_t n) override { allreduce(buf, n, MPI_SUM); }
+  void allreduce_max(float* buf, std::size_t n) override { allreduce(buf, n, MPI_MAX); }
+  void allreduce_max(double* buf, std::size_t n) override { allreduce(buf, n, MPI_MAX); }
+
+  void broadcast(void* buf, std::size_t bytes, int root) override {
+    auto* p = static_cast<char*>(buf);
+    for (std::size_t off = 0; off < bytes; off += kMaxChunk) {
+      const int n = static_cast<int>(std::min(kMaxChunk, bytes - off));
+      check(MPI_Bcast(p + off, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+    }
+  }
+
+  std::vector<int> allgather(int value) override {
+    std::vector<int> all(size_);
+    check(MPI_Allgather(&value, 1, MPI_INT, all.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+    return all;
+  }
+
+  void gather(const double* send, std::size_t n, double* recv, int root) override {
+    check(MPI_Gather(send, static_cast<int>(n), MPI_DOUBLE, recv, static_cast<int>(n), MPI_DOUBLE, root, comm_),
+          "MPI_Gather");
+  }
+
+  std::vector<std::string> gather(const std::string& s, int root) override {
+    constexpr int kLen = 256;
+    char mine[kLen] = {};
+    s.copy(mine, kLen - 1);
+    std::vector<char> all(rank_ == root ? std::size_t(size_) * kLen : 0);
+    check(MPI_Gather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, root, comm_), "MPI_Gather");
+    std::vector<std::string> out;
+    for (int r = 0; rank_ == root && r < size_; ++r) out.emplace_back(all.data() + std::size_t(r) * kLen);
+    return out;
+  }
+
+  void alltoallv(const float* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs,
+                 float* recv, const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) override {
+    check(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), MPI_FLOAT, recv, recv_counts.data(),
+                        recv_displs.data(), MPI_FLOAT, comm_),
+          "MPI_Alltoallv");
+  }
+
+  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+  std::unique_ptr<Comm> split(int color, int key) override {
+    MPI_Comm sub;
+    check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
+    if (sub == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiComm>(sub, true);
+  }
+
+ private:
+  template <typename T>
+  void allreduce(T* buf, std::size_t n, MPI_Op op) {
+    if (size_ == 1) return;
+    for (std::size_t off = 0; off < n; off += kMaxChunk) {
+      const int count = static_cast<int>(std::min(kMaxChunk, n - off));
+      check(MPI_Allreduce(MPI_IN_PLACE, buf + off, count, mpi_type<T>(), op, comm_), "MPI_Allreduce");
+    }
+  }
+
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> world_comm() { return std::make_unique<MpiComm>(MPI_COMM_WORLD, false); }
+
+std::unique_ptr<Comm> node_comm() {
+  MPI_Comm node;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  return std::make_unique<MpiComm>(node, true);
+}
+
+std::string mpi_library_version() {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(buf, &len);
+  std::string s(buf, len);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+std::string host_name() {
+  char buf[MPI_MAX_PROCESSOR_NAME];
+  int len = 0;
+  MPI_Get_processor_name(buf, &len);
+  return std::string(buf, len);
+}
+
+}  // namespace ntp

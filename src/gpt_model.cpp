@@ -1,0 +1,187 @@
+#include "gpt_model.hpp"
+
+#include <stdexcept>
+
+namespace ntp {
+
+GptModel::GptModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm,
+                   int max_batch, int seq)
+    : be_(backend), m_(m), layout_(m, tp, tp_rank), tp_(tp_comm), max_batch_(max_batch), T_(seq) {
+  if (tp_comm.size() != tp.degree())
+    throw std::invalid_argument("TP communicator size does not match the layout's degree");
+  if (seq < 1 || seq > m.context)
+    throw std::invalid_argument("sequence length " + std::to_string(seq) + " must be between 1 and the context (" +
+                                std::to_string(m.context) + ")");
+  local_heads_ = layout_.local(ShardDim::Heads);
+  local_mlp_ = layout_.local(ShardDim::Mlp);
+  local_vocab_ = layout_.local(ShardDim::Vocab);
+  params_ = Arena(be_, layout_.total());
+  grads_ = Arena(be_, layout_.total());
+
+  const std::size_t BT = std::size_t(max_batch) * seq, d = m.hidden, hs = m.head_size();
+  const std::size_t dl = local_heads_ * hs, fl = local_mlp_, Vl = local_vocab_;
+  const std::size_t att = std::size_t(max_batch) * local_heads_ * seq * seq;
+  // Bump-allocate every activation from one arena: first count, then carve.
+  std::vector<std::pair<float**, std::size_t>> want;
+  auto add = [&](float*& p, std::size_t n) { want.emplace_back(&p, (n + 15) / 16 * 16); };
+  add(encoded_, BT * d);
+  acts_.resize(m.layers);
+  for (auto& a : acts_) {
+    add(a.ln1, BT * d), add(a.ln1_mean, BT), add(a.ln1_rstd, BT), add(a.qkv, BT * 3 * dl), add(a.atty, BT * dl);
+    add(a.att, att), add(a.attproj, BT * d), add(a.res2, BT * d), add(a.ln2, BT * d), add(a.ln2_mean, BT);
+    add(a.ln2_rstd, BT), add(a.fch, BT * fl), add(a.fch_gelu, BT * fl), add(a.fcproj, BT * d), add(a.res3, BT * d);
+  }
+  add(lnf_, BT * d), add(lnf_mean_, BT), add(lnf_rstd_, BT), add(logits_, BT * Vl), add(ce_max_, BT);
+  add(ce_sums_, 2 * BT), add(losses_, BT);
+  add(dres_, BT * d), add(dln_, BT * d), add(dqkv_, BT * 3 * dl), add(datty_, BT * dl), add(dfch_, BT * fl);
+  add(dfch_gelu_, BT * fl), add(att_scratch_, att);
+  std::size_t total = 0;
+  for (auto& w : want) total += w.second;
+  act_arena_ = Arena(be_, total);
+  std::size_t off = 0;
+  for (auto& w : want) *w.first = act_arena_.data() + off, off += w.second;
+
+  tokens_ = be_.allocate_ints(BT);
+  targets_ = be_.allocate_ints(BT);
+  vocab_rows_ = be_.allocate_ints(m.vocab);
+  const std::vector<int> rows = tp.vocab.local_rows(tp_rank);
+  be_.ints_from_host(vocab_rows_, rows.data(), rows.size());
+  host_losses_.resize(BT);
+}
+
+GptModel::~GptModel() {
+  be_.release_ints(tokens_);
+  be_.release_ints(targets_);
+  be_.release_ints(vocab_rows_);
+}
+
+void GptModel::init_params(unsigned long long seed) {
+  std::vector<float> host;
+  for (int t = 0; t < layout_.tensor_count(); ++t) {
+    const auto& slot = layout_.slot(t);
+    host.resize(slot.elems);
+    init_tensor_units(host.data(), m_, layout_.specs()[t], t, slot.units, seed);
+    be_.from_host(param(t), host.data(), host.size());
+  }
+}
+
+void GptModel::tp_allreduce(float* buf, std::size_t n) {
+  if (tp_.size() == 1) return;
+  PhaseScope s(*clock_, Phase::TpComm);
+  tp_.allreduce_sum(buf, n);
+}
+
+void GptModel::tp_allreduce_max(float* buf, std::size_t n) {
+  if (tp_.size() == 1) return;
+  PhaseScope s(*clock_, Phase::TpComm);
+  tp_.allreduce_max(buf, n);
+}
+
+double GptModel::forward(const int* tokens, const int* targets, int B) {
+  if (B < 1 || B > max_batch_)
+    throw std::invalid_argument("batch " + std::to_string(B) + " outside [1, " + std::to_string(max_batch_) + "]");
+  if (!clock_) clock_ = &own_clock_;
+  PhaseScope phase(*clock_, Phase::Forward);
+  B_ = B;
+  const int T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
+  const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
+  be_.ints_from_host(tokens_, tokens, BT);
+  be_.ints_from_host(targets_, targets, BT);
+
+  // Vocabulary-parallel embedding: each rank looks up the tokens it owns, the sum assembles them.
+  be_.embedding_forward(encoded_, tokens_, param(kWte), vocab_rows_, BT, d);
+  tp_allreduce(encoded_, std::size_t(BT) * d);
+  be_.position_embedding_forward(encoded_, param(kWpe), B, T, d);
+
+  for (int l = 0; l < m_.layers; ++l) {
+    auto& a = acts_[l];
+    auto P = [&](LayerTensor t) { return param(layer_tensor(l, t)); };
+    const float* x = layer_input(l);
+    be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(kLn1W), P(kLn1B), BT, d);
+    be_.matmul_forward(a.qkv, a.ln1, P(kQkvW), P(kQkvB), BT, d, 3 * dl, WeightLayout::OutIn);
+    be_.attention_forward(a.atty, a.att, a.qkv, B, T, Hl, hs);
+    be_.matmul_forward(a.attproj, a.atty, P(kAttnProjW), nullptr, BT, dl, d, WeightLayout::InOut);
+    tp_allreduce(a.attproj, std::size_t(BT) * d);
+    be_.bias_forward(a.attproj, P(kAttnProjB), BT, d);
+    be_.residual_forward(a.res2, x, a.attproj, long(BT) * d);
+    be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(kLn2W), P(kLn2B), BT, d);
+    be_.matmul_forward(a.fch, a.ln2, P(kFcW), P(kFcB), BT, d, fl, WeightLayout::OutIn);
+    be_.gelu_forward(a.fch_gelu, a.fch, long(BT) * fl);
+    be_.matmul_forward(a.fcproj, a.fch_gelu, P(kFcProjW), nullptr, BT, fl, d, WeightLayout::InOut);
+    tp_allreduce(a.fcproj, std::size_t(BT) * d);
+    be_.bias_forward(a.fcproj, P(kFcProjB), BT, d);
+    be_.residual_forward(a.res3, a.res2, a.fcproj, long(BT) * d);
+  }
+
+  const float* top = layer_input(m_.layers);
+  be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, param(lnf_weight(m_)), param(lnf_bias(m_)), BT, d);
+  // Tied LM head, column-parallel over the vocabulary.
+  be_.matmul_forward(logits_, lnf_, param(kWte), nullptr, BT, d, Vl, WeightLayout::OutIn);
+  be_.crossentropy_local_max(ce_max_, logits_, BT, Vl);
+  tp_allreduce_max(ce_max_, BT);
+  be_.crossentropy_local_sums(ce_sums_, logits_, ce_max_, targets_, vocab_rows_, BT, Vl);
+  tp_allreduce(ce_sums_, 2 * std::size_t(BT));
+  be_.crossentropy_loss(losses_, ce_max_, ce_sums_, BT);
+
+  be_.to_host(host_losses_.data(), losses_, BT);
+  double sum = 0.0;
+  for (int i = 0; i < BT; ++i) sum += host_losses_[i];
+  return sum;
+}
+
+void GptModel::backward(float dloss) {
+  if (B_ == 0) throw std::logic_error("backward() before forward()");
+  PhaseScope phase(*clock_, Phase::Backward);
+  const int B = B_, T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
+  const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
+  const std::size_t nd = std::size_t(BT) * d;
+
+  // Cross-entropy and the tied LM head; dlogits overwrite the logits.
+  be_.crossentropy_backward(logits_, logits_, ce_max_, ce_sums_, targets_, vocab_rows_, dloss, BT, Vl);
+  be_.zero(dln_, nd);
+  be_.matmul_backward(dln_, grad(kWte), nullptr, logits_, lnf_, param(kWte), BT, d, Vl, WeightLayout::OutIn);
+  tp_allreduce(dln_, nd);
+  be_.zero(dres_, nd);
+  be_.layernorm_backward(dres_, grad(lnf_weight(m_)), grad(lnf_bias(m_)), dln_, layer_input(m_.layers),
+                         param(lnf_weight(m_)), lnf_mean_, lnf_rstd_, BT, d);
+
+  for (int l = m_.layers - 1; l >= 0; --l) {
+    auto& a = acts_[l];
+    auto P = [&](LayerTensor t) { return param(layer_tensor(l, t)); };
+    auto G = [&](LayerTensor t) { return grad(layer_tensor(l, t)); };
+    const float* x = layer_input(l);
+    // dres_ holds d(res3): MLP.
+    be_.bias_backward(G(kFcProjB), dres_, BT, d);
+    be_.zero(dfch_gelu_, std::size_t(BT) * fl);
+    be_.matmul_backward(dfch_gelu_, G(kFcProjW), nullptr, dres_, a.fch_gelu, P(kFcProjW), BT, fl, d,
+                        WeightLayout::InOut);
+    be_.zero(dfch_, std::size_t(BT) * fl);
+    be_.gelu_backward(dfch_, a.fch, dfch_gelu_, long(BT) * fl);
+    be_.zero(dln_, nd);
+    be_.matmul_backward(dln_, G(kFcW), G(kFcB), dfch_, a.ln2, P(kFcW), BT, d, fl, WeightLayout::OutIn);
+    tp_allreduce(dln_, nd);
+    be_.layernorm_backward(dres_, G(kLn2W), G(kLn2B), dln_, a.res2, P(kLn2W), a.ln2_mean, a.ln2_rstd, BT, d);
+    // dres_ holds d(res2): attention.
+    be_.bias_backward(G(kAttnProjB), dres_, BT, d);
+    be_.zero(datty_, std::size_t(BT) * dl);
+    be_.matmul_backward(datty_, G(kAttnProjW), nullptr, dres_, a.atty, P(kAttnProjW), BT, dl, d,
+                        WeightLayout::InOut);
+    be_.zero(dqkv_, std::size_t(BT) * 3 * dl);
+    be_.attention_backward(dqkv_, att_scratch_, datty_, a.qkv, a.att, B, T, Hl, hs);
+    be_.zero(dln_, nd);
+    be_.matmul_backward(dln_, G(kQkvW), G(kQkvB), dqkv_, a.ln1, P(kQkvW), BT, d, 3 * dl, WeightLayout::OutIn);
+    tp_allreduce(dln_, nd);
+    be_.layernorm_backward(dres_, G(kLn1W), G(kLn1B), dln_, x, P(kLn1W), a.ln1_mean, a.ln1_rstd, BT, d);
+    // dres_ holds d(layer input).
+  }
+  be_.embedding_backward(grad(kWte), dres_, tokens_, vocab_rows_, BT, d);
+  be_.position_embedding_backward(grad(kWpe), dres_, B, T, d);
+}
+
+double GptModel::tp_bytes_per_step(const ModelConfig& m, int B, int T) {
+  const double act = double(B) * T * m.hidden * sizeof(float);
+  // forward: embedding + 2 per layer; backward: LM head + 2 per layer; plus the CE statistics.
+  return act * (2.0 + 4.0 * m.layers) + double(B) * T * 3 * sizeof(float);
+}
+
+}  // namespace ntp

@@ -1,0 +1,38 @@
+// ntpbench: see README.md and `ntpbench --help`.
+#include <mpi.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "comm.hpp"
+#include "options.hpp"
+#include "run.hpp"
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int code = 0;
+  try {
+    // Every rank parses the same arguments and so reaches the same verdict; rank 0 speaks.
+    ntp::ParseResult parsed = ntp::parse_options(argc, argv, rank == 0);
+    if (!parsed.options) {
+      code = parsed.exit_code;
+    } else {
+      auto world = ntp::world_comm();
+      code = parsed.options->replay.empty() ? ntp::run_training(*parsed.options, *world)
+                                            : ntp::run_replay(*parsed.options, *world);
+    }
+  } catch (const ntp::UsageError& e) {
+    if (rank == 0) std::fprintf(stderr, "ntpbench: error: %s\n", e.what());
+    code = 2;
+  } catch (const std::exception& e) {
+    // May be this rank alone: abort the job rather than leave peers waiting in a collective.
+    std::fprintf(stderr, "ntpbench: error on rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return code;
+}

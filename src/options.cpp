@@ -1,0 +1,174 @@
+#include "options.hpp"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+namespace ntp {
+
+ParseResult parse_options(int argc, char** argv, bool print) {
+  CLI::App app{
+      "ntpbench: a real GPT-2 training step (forward, backward, AdamW) under tensor x data parallelism on MPI "
+      "ranks.\nLaunch with mpirun/srun; DP = ranks / --tp. Results go to an HDF5 file (see results/README.md)."};
+  app.option_defaults()->always_capture_default();
+  Options o;
+  std::string preset_name = "small";
+  std::optional<int> layers, heads, hidden, seq, vocab, context;
+  std::string lr_schedule = "constant";
+
+  app.add_option("--preset", preset_name, "Model size: tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
+      ->check(CLI::IsMember(preset_names()));
+  app.add_option("--layers", layers, "Override the number of transformer layers")->check(CLI::PositiveNumber);
+  app.add_option("--heads", heads, "Override the number of attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", hidden, "Override the hidden size d (a multiple of --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--seq", seq, "Training sequence length T (default: the preset's context)")->check(CLI::PositiveNumber);
+  app.add_option("--context", context, "Rows of the position table (default: the preset's; grown to --seq)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--vocab", vocab, "Override the vocabulary size V")->check(CLI::Range(2, 1 << 24));
+  app.add_option("--tp", o.tp, "Tensor-parallel degree; ranks must be a multiple, DP = ranks / TP")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--micro-batch", o.micro_batch, "Sequences per replica per step (B)")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "Training steps to run")->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "Seed for weights and synthetic data");
+  app.add_option("--data", o.data, "'synthetic' (seeded Markov chain) or a file read as bytes (needs V >= 256)");
+  app.add_option("--lr", o.opt.lr, "AdamW peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--beta1", o.opt.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--beta2", o.opt.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--eps", o.opt.eps, "AdamW epsilon")->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", o.opt.weight_decay, "Decoupled weight decay on 2-D tensors")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.opt.clip, "Clip gradients to this global norm (0: no clipping)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", o.opt.warmup, "Linear learning-rate warmup steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-schedule", lr_schedule, "constant, or cosine decay to --min-lr-ratio x lr by the last step")
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--min-lr-ratio", o.opt.min_lr_ratio, "Final lr as a fraction of --lr under cosine decay")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--out", o.out, "Results file (HDF5); default results/ntpbench-<date>-<time>.h5");
+  app.add_flag("--overwrite", o.overwrite, "Replace an existing --out file instead of refusing");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "Write a checkpoint every K steps (0: only the final one)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "Where checkpoints go (default: <out without .h5>.ckpt/)");
+  app.add_flag("!--no-final-checkpoint", o.final_checkpoint,
+               "Do not write the end-of-run checkpoint (--replay needs it)");
+  app.add_option("--init-from", o.init_from,
+                 "Start from a checkpoint: weights, and AdamW state, step and data cursor when present")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--init-weights-only", o.init_weights_only, "With --init-from: load the weights only");
+  app.add_option("--replay", o.replay,
+                 "Re-run RUN.h5's recorded steps on one rank and compare with its final checkpoint")
+      ->check(CLI::ExistingFile);
+  app.add_option("--replay-tol", o.replay_tol, "Largest relative parameter difference --replay accepts")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "BLAS/OpenMP threads per rank (0: cores per node / ranks per node)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--peak-gflops", o.peak_gflops, "Peak GFLOP/s of one rank for MFU (0: measure sgemm at start)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--quiet", o.quiet, "Print only the summary, not a line per step");
+  app.set_config("--config", "", "Read any of these flags from a TOML file (CLI11 syntax: name = value)");
+
+  try {
+    app.parse(argc, argv);
+    o.preset = preset_name;
+    o.model = preset(preset_name);
+    if (layers) o.model.layers = *layers;
+    if (heads) o.model.heads = *heads;
+    if (hidden) o.model.hidden = *hidden;
+    if (vocab) o.model.vocab = *vocab;
+    if (context) o.model.context = *context;
+    o.seq = seq ? *seq : o.model.context;
+    if (o.seq > o.model.context) {
+      if (context) throw CLI::ValidationError("--seq", "--seq " + std::to_string(o.seq) + " exceeds --context " +
+                                                            std::to_string(*context));
+      o.model.context = o.seq;
+    }
+    if (o.model.hidden % o.model.heads != 0)
+      throw CLI::ValidationError("--hidden", "hidden size " + std::to_string(o.model.hidden) +
+                                                 " is not a multiple of the head count " +
+                                                 std::to_string(o.model.heads));
+    if (o.tp > o.model.heads)
+      throw CLI::ValidationError("--tp", "TP degree " + std::to_string(o.tp) + " exceeds the head count " +
+                                             std::to_string(o.model.heads));
+    o.opt.cosine = lr_schedule == "cosine";
+    if (o.init_weights_only && o.init_from.empty())
+      throw CLI::ValidationError("--init-weights-only", "needs --init-from");
+  } catch (const CLI::CallForHelp& e) {
+    if (print) app.exit(e);
+    return {std::nullopt, 0};
+  } catch (const CLI::ParseError& e) {
+    if (print) app.exit(e);
+    return {std::nullopt, 2};
+  }
+  o.opt.total_steps = o.steps;
+  return {o, 0};
+}
+
+nlohmann::json to_json(const Options& o) {
+  return {
+      {"preset", o.preset},
+      {"model",
+       {{"vocab", o.model.vocab}, {"context", o.model.context}, {"layers", o.model.layers}, {"heads", o.model.heads},
+        {"hidden", o.model.hidden}}},
+      {"seq", o.seq},
+      {"tp", o.tp},
+      {"micro_batch", o.micro_batch},
+      {"steps", o.steps},
+      {"seed", o.seed},
+      {"data", o.data},
+      {"optimizer",
+       {{"lr", o.opt.lr}, {"beta1", o.opt.beta1}, {"beta2", o.opt.beta2}, {"eps", o.opt.eps},
+        {"weight_decay", o.opt.weight_decay}, {"clip", o.opt.clip}, {"warmup", o.opt.warmup},
+        {"schedule", o.opt.cosine ? "cosine" : "constant"}, {"min_lr_ratio", o.opt.min_lr_ratio},
+        {"total_steps", o.opt.total_steps}}},
+      {"out", o.out},
+      {"checkpoint_every", o.checkpoint_every},
+      {"checkpoint_dir", o.checkpoint_dir},
+      {"final_checkpoint", o.final_checkpoint},
+      {"init_from", o.init_from},
+      {"init_weights_only", o.init_weights_only},
+      {"threads", o.threads},
+      {"peak_gflops", o.peak_gflops},
+  };
+}
+
+Options options_from_json(const nlohmann::json& j) {
+  Options o;
+  o.preset = j.at("preset");
+  const auto& m = j.at("model");
+  o.model = {m.at("vocab"), m.at("context"), m.at("layers"), m.at("heads"), m.at("hidden")};
+  o.seq = j.at("seq");
+  o.tp = j.at("tp");
+  o.micro_batch = j.at("micro_batch");
+  o.steps = j.at("steps");
+  o.seed = j.at("seed");
+  o.data = j.at("data");
+  const auto& p = j.at("optimizer");
+  o.opt.lr = p.at("lr");
+  o.opt.beta1 = p.at("beta1");
+  o.opt.beta2 = p.at("beta2");
+  o.opt.eps = p.at("eps");
+  o.opt.weight_decay = p.at("weight_decay");
+  o.opt.clip = p.at("clip");
+  o.opt.warmup = p.at("warmup");
+  o.opt.cosine = p.at("schedule") == "cosine";
+  o.opt.min_lr_ratio = p.at("min_lr_ratio");
+  o.opt.total_steps = p.at("total_steps");
+  o.out = j.at("out");
+  o.checkpoint_every = j.at("checkpoint_every");
+  o.checkpoint_dir = j.at("checkpoint_dir");
+  o.final_checkpoint = j.at("final_checkpoint");
+  o.init_from = j.at("init_from");
+  o.init_weights_only = j.at("init_weights_only");
+  o.threads = j.at("threads");
+  o.peak_gflops = j.at("peak_gflops");
+  return o;
+}
+
+std::string checkpoint_dir_for(const Options& o) {
+  if (!o.checkpoint_dir.empty()) return o.checkpoint_dir;
+  std::filesystem::path p(o.out);
+  return (p.parent_path() / (p.stem().string() + ".ckpt")).string();
+}
+
+}  // namespace ntp

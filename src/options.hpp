@@ -1,0 +1,54 @@
+#pragma once
+// Everything a run is configured by, parsed from the command line (and --config TOML) and
+// recorded as JSON in the results file so a run can be replayed.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model_config.hpp"
+#include "optimizer.hpp"
+
+namespace ntp {
+
+struct Options {
+  std::string preset = "small";
+  ModelConfig model = ntp::preset("small");
+  int seq = 128;          // T, training sequence length
+  int tp = 1;             // TP degree; DP = ranks / tp
+  int micro_batch = 4;    // sequences per replica per step
+  int steps = 20;
+  std::uint64_t seed = 1234;
+  std::string data = "synthetic";
+  OptimizerConfig opt;
+  std::string out;        // results HDF5 ("" = results/ntpbench-<time>.h5)
+  bool overwrite = false;
+  int checkpoint_every = 0;
+  std::string checkpoint_dir;  // "" = beside --out
+  bool final_checkpoint = true;
+  std::string init_from;
+  bool init_weights_only = false;
+  std::string replay;
+  double replay_tol = 1e-5;
+  int threads = 0;        // per rank; 0 = cores on the node / ranks on the node
+  double peak_gflops = 0; // per rank, for MFU; 0 = measure sgemm at start-up
+  bool quiet = false;
+};
+
+// Parses argv. Returns the options, or an exit code when the program should stop (after --help:
+// 0; on an error: 2, with the message already printed on rank 0).
+struct ParseResult {
+  std::optional<Options> options;
+  int exit_code = 0;
+};
+ParseResult parse_options(int argc, char** argv, bool print);
+
+nlohmann::json to_json(const Options& o);
+Options options_from_json(const nlohmann::json& j);
+
+// Directory for checkpoints of a run writing `out`.
+std::string checkpoint_dir_for(const Options& o);
+
+}  // namespace ntp

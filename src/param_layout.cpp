@@ -1,0 +1,133 @@
+#include "param_layout.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+
+namespace ntp {
+
+long TensorSpec::full_elems(const ModelConfig& m) const {
+  switch (dim) {
+    case ShardDim::Replicated: return unit_elems;
+    case ShardDim::Heads: return unit_elems * m.heads;
+    case ShardDim::Mlp: return unit_elems * m.mlp();
+    case ShardDim::Vocab: return unit_elems * m.vocab;
+  }
+  return 0;
+}
+
+std::vector<TensorSpec> gpt2_tensors(const ModelConfig& m) {
+  const long d = m.hidden, hs = m.head_size(), f = m.mlp(), V = m.vocab, S = m.context;
+  const float std_w = 0.02f;
+  // GPT-2 scales the residual projections by 1/sqrt(2L).
+  const float std_proj = 0.02f / std::sqrt(2.0f * m.layers);
+  std::vector<TensorSpec> t;
+  t.push_back({"wte", ShardDim::Vocab, d, {V, d}, true, std_w, 0});
+  t.push_back({"wpe", ShardDim::Replicated, S * d, {S, d}, true, 0.01f, 0});
+  for (int l = 0; l < m.layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    t.push_back({p + "ln_1.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
+    t.push_back({p + "ln_1.bias", ShardDim::Replicated, d, {d}, false, 0, 0});
+    t.push_back({p + "attn.c_attn.weight", ShardDim::Heads, 3 * hs * d, {d, 3 * d}, true, std_w, 0});
+    t.push_back({p + "attn.c_attn.bias", ShardDim::Heads, 3 * hs, {3 * d}, false, 0, 0});
+    t.push_back({p + "attn.c_proj.weight", ShardDim::Heads, hs * d, {d, d}, true, std_proj, 0});
+    t.push_back({p + "attn.c_proj.bias", ShardDim::Replicated, d, {d}, false, 0, 0});
+    t.push_back({p + "ln_2.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
+    t.push_back({p + "ln_2.bias", ShardDim::Replicated, d, {d}, false, 0, 0});
+    t.push_back({p + "mlp.c_fc.weight", ShardDim::Mlp, d, {d, f}, true, std_w, 0});
+    t.push_back({p + "mlp.c_fc.bias", ShardDim::Mlp, 1, {f}, false, 0, 0});
+    t.push_back({p + "mlp.c_proj.weight", ShardDim::Mlp, d, {f, d}, true, std_proj, 0});
+    t.push_back({p + "mlp.c_proj.bias", ShardDim::Replicated, d, {d}, false, 0, 0});
+  }
+  t.push_back({"ln_f.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
+  t.push_back({"ln_f.bias", ShardDim::Replicated, d, {d}, false, 0, 0});
+  return t;
+}
+
+ParamLayout::ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank)
+    : model_(m), tp_(tp), tp_rank_(tp_rank), specs_(gpt2_tensors(m)) {
+  if (m.hidden % m.heads != 0)
+    throw std::invalid_argument("hidden size " + std::to_string(m.hidden) + " is not a multiple of the head count " +
+                                std::to_string(m.heads));
+  for (const auto& s : specs_) {
+    TensorSlot slot;
+    slot.offset = total_;
+    if (s.dim == ShardDim::Replicated)
+      slot.units = {0};
+    else
+      slot.units = tp_.map(s.dim).units_of(tp_rank);
+    slot.elems = s.unit_elems * static_cast<long>(slot.units.size());
+    // Keep every tensor 64-byte aligned for vectorised kernels.
+    total_ += (static_cast<std::size_t>(slot.elems) + 15) / 16 * 16;
+    slots_.push_back(std::move(slot));
+  }
+}
+
+namespace {
+// Index maps between canonical and HF flat order for the two tensors that differ.
+// c_attn: canonical ((h*3 + p)*hs + i) [*d + c]  <->  HF [c*3d +] p*d + h*hs + i.
+template <typename F>
+void for_each_pair(const ModelConfig& m, const TensorSpec& s, F f) {
+  const long d = m.hidden, hs = m.head_size(), H = m.heads, fm = m.mlp();
+  const bool qkv_w = s.name.ends_with("attn.c_attn.weight"), qkv_b = s.name.ends_with("attn.c_attn.bias");
+  const bool fc_w = s.name.ends_with("mlp.c_fc.weight");
+  if (qkv_w || qkv_b) {
+    const long cols = qkv_w ? d : 1;
+    for (long h = 0; h < H; ++h)
+      for (long p = 0; p < 3; ++p)
+        for (long i = 0; i < hs; ++i)
+          for (long c = 0; c < cols; ++c) {
+            const long canon = ((h * 3 + p) * hs + i) * cols + c;
+            const long hf = qkv_w ? c * 3 * d + p * d + h * hs + i : p * d + h * hs + i;
+            f(canon, hf);
+          }
+  } else if (fc_w) {
+    for (long o = 0; o < fm; ++o)
+      for (long c = 0; c < d; ++c) f(o * d + c, c * fm + o);
+  } else {
+    const long n = s.full_elems(m);
+    for (long i = 0; i < n; ++i) f(i, i);
+  }
+}
+}  // namespace
+
+std::vector<float> to_hf(const ModelConfig& m, const TensorSpec& s, const std::vector<float>& canonical) {
+  std::vector<float> hf(canonical.size());
+  for_each_pair(m, s, [&](long c, long h) { hf[h] = canonical[c]; });
+  return hf;
+}
+
+std::vector<float> from_hf(const ModelConfig& m, const TensorSpec& s, const std::vector<float>& hf) {
+  std::vector<float> canonical(hf.size());
+  for_each_pair(m, s, [&](long c, long h) { canonical[c] = hf[h]; });
+  return canonical;
+}
+
+namespace {
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+// A standard normal from a counter: Box-Muller on two hashed uniforms.
+float counter_normal(std::uint64_t key) {
+  const std::uint64_t a = splitmix64(key), b = splitmix64(a ^ 0x5851f42d4c957f2dULL);
+  const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+}
+}  // namespace
+
+void init_tensor_units(float* out, const ModelConfig& /*m*/, const TensorSpec& s, int tensor,
+                       const std::vector<int>& units, unsigned long long seed) {
+  const std::uint64_t base = splitmix64(seed * 0x100000001b3ULL + static_cast<std::uint64_t>(tensor));
+  long k = 0;
+  for (int u : units) {
+    const long first = static_cast<long>(u) * s.unit_elems;
+    for (long e = 0; e < s.unit_elems; ++e, ++k)
+      out[k] = s.init_std > 0 ? s.init_std * counter_normal(base ^ splitmix64(first + e)) : s.init_value;
+  }
+}
+
+}  // namespace ntp

@@ -1,0 +1,80 @@
+#pragma once
+// Where every parameter tensor of one rank lives in the flat parameter arena. The gradient arena
+// and both AdamW moment arenas use the same layout, so the optimizer and the DP reduction work on
+// flat buffers.
+//
+// A sharded tensor is stored as its owned units, ascending, each unit a contiguous block of
+// unit_elems floats. "Canonical" order is that storage at TP 1 (all units). It differs from the
+// Hugging Face GPT-2 layout only for c_attn (heads interleaved as [q|k|v] per head, so a head is
+// one block) and mlp.c_fc.weight (stored [out, in]); to_hf/from_hf convert.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "model_config.hpp"
+#include "tp_layout.hpp"
+
+namespace ntp {
+
+struct TensorSpec {
+  std::string name;            // Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
+  ShardDim dim;                // which shard map splits it
+  long unit_elems;             // floats per unit (whole tensor when replicated)
+  std::vector<long> hf_shape;  // shape as Hugging Face stores it
+  bool decay;                  // AdamW weight decay applies (2-D tensors)
+  float init_std;              // normal(0, init_std), or the constant init_value when 0
+  float init_value;
+  long full_elems(const ModelConfig& m) const;
+};
+
+// The tensors of a GPT-2 model, in arena order: wte, wpe, 12 per layer, ln_f.weight, ln_f.bias.
+std::vector<TensorSpec> gpt2_tensors(const ModelConfig& m);
+
+// Index of a layer's tensors within gpt2_tensors(); kind is one of the LayerTensor values.
+enum LayerTensor {
+  kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kPerLayer
+};
+constexpr int kWte = 0, kWpe = 1;
+inline int layer_tensor(int layer, LayerTensor t) { return 2 + layer * kPerLayer + t; }
+inline int lnf_weight(const ModelConfig& m) { return 2 + m.layers * kPerLayer; }
+inline int lnf_bias(const ModelConfig& m) { return 3 + m.layers * kPerLayer; }
+
+struct TensorSlot {
+  std::size_t offset;      // in floats, within the arena
+  long elems;              // local floats
+  std::vector<int> units;  // global units held here, ascending (one unit for replicated tensors)
+};
+
+class ParamLayout {
+ public:
+  ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank);
+
+  const ModelConfig& model() const { return model_; }
+  const TpLayout& tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+  const std::vector<TensorSpec>& specs() const { return specs_; }
+  const TensorSlot& slot(int tensor) const { return slots_[tensor]; }
+  std::size_t total() const { return total_; }
+  int tensor_count() const { return static_cast<int>(specs_.size()); }
+  // Local unit count of a sharded dimension on this rank.
+  int local(ShardDim d) const { return tp_.map(d).count(tp_rank_); }
+
+ private:
+  ModelConfig model_;
+  TpLayout tp_;
+  int tp_rank_;
+  std::vector<TensorSpec> specs_;
+  std::vector<TensorSlot> slots_;
+  std::size_t total_ = 0;
+};
+
+// Canonical full tensor <-> Hugging Face order.
+std::vector<float> to_hf(const ModelConfig& m, const TensorSpec& s, const std::vector<float>& canonical);
+std::vector<float> from_hf(const ModelConfig& m, const TensorSpec& s, const std::vector<float>& hf);
+
+// Deterministic initial value of canonical element `index` of tensor `tensor`: the same for every
+// layout, so runs at any TP degree start from identical weights.
+void init_tensor_units(float* out, const ModelConfig& m, const TensorSpec& s, int tensor,
+                       const std::vector<int>& units, unsigned long long seed);
+
+}  // namespace ntp

@@ -1,0 +1,51 @@
+#pragma once
+// The one resharding primitive. Given where every unit of a dimension lives now (src owner per
+// unit, ranks of one communicator) and where it must live (dst owner per unit), it plans which
+// units go from which rank to which and moves any number of tensors of that dimension in one
+// exchange. Every data movement between layouts uses it: checkpoint gathers, healing, revival,
+// NTP re-layout and the NTP gradient reshards.
+//
+// Storage convention: a rank keeps the units it owns under a placement in ascending unit order,
+// each unit a contiguous block of unit_elems floats.
+#include <vector>
+
+#include "comm.hpp"
+
+namespace ntp {
+
+inline constexpr int kNowhere = -1;  // a unit no rank holds (src) or no rank needs (dst)
+
+class ReshardPlan {
+ public:
+  // Throws when a unit needed at dst has no source.
+  ReshardPlan(const std::vector<int>& src_owner, const std::vector<int>& dst_owner, int my_rank, int comm_size);
+
+  // Units this rank sends to / receives from each peer (ascending), and keeps in place.
+  const std::vector<std::vector<int>>& sends() const { return send_units_; }
+  const std::vector<std::vector<int>>& recvs() const { return recv_units_; }
+  const std::vector<int>& kept() const { return kept_units_; }
+  int src_count() const { return src_count_; }  // units this rank holds before
+  int dst_count() const { return dst_count_; }  // units this rank holds after
+  long units_moved_out() const;                 // units sent to other ranks
+
+  int src_index(int unit) const { return src_index_[unit]; }
+  int dst_index(int unit) const { return dst_index_[unit]; }
+
+ private:
+  std::vector<std::vector<int>> send_units_, recv_units_;
+  std::vector<int> kept_units_;
+  std::vector<int> src_index_, dst_index_;
+  int src_count_ = 0, dst_count_ = 0;
+};
+
+struct ReshardTensor {
+  const float* src;  // src_count() * unit_elems floats (may be null when src_count() == 0)
+  float* dst;        // dst_count() * unit_elems floats; must not overlap src
+  long unit_elems;
+};
+
+// Executes the plan for every tensor in one all-to-all over `comm` (every rank of comm calls it).
+// Returns the bytes this rank sent.
+double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors);
+
+}  // namespace ntp

@@ -1,0 +1,597 @@
+// CPU kernels against their frozen naive references, plus finite-difference checks of the
+// references themselves. Every test draws a fresh seed; it is printed on failure.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/gelu.hpp"
+#include "kernels/cpu/layernorm.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/reference/adamw.hpp"
+#include "kernels/cpu/reference/attention.hpp"
+#include "kernels/cpu/reference/cross_entropy.hpp"
+#include "kernels/cpu/reference/embedding.hpp"
+#include "kernels/cpu/reference/gelu.hpp"
+#include "kernels/cpu/reference/layernorm.hpp"
+#include "kernels/cpu/reference/matmul.hpp"
+#include "kernels/cpu/reference/residual.hpp"
+#include "kernels/cpu/residual.hpp"
+
+namespace {
+
+using Vec = std::vector<float>;
+using ntp::cpu::WeightLayout;
+
+constexpr double kTol = 1e-5;    // fast vs reference
+constexpr double kFdTol = 1e-2;  // reference backward vs central differences
+constexpr float kFdStep = 1e-3f;
+
+struct Rng {
+  unsigned seed = std::random_device{}();
+  std::mt19937 gen{seed};
+
+  Vec vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    Vec v(n);
+    for (float& x : v) x = d(gen);
+    return v;
+  }
+  int uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
+};
+
+// Declares `rng` and traces its seed, so any failure in the test reports how to reproduce it.
+#define SEEDED_RNG(rng) \
+  Rng rng;              \
+  SCOPED_TRACE("seed=" + std::to_string(rng.seed))
+
+// max |got - ref| / max(1, max |ref|)
+double rel_err(const Vec& got, const Vec& ref) {
+  double diff = 0.0, scale = 1.0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - ref[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
+  }
+  return diff / scale;
+}
+
+#define EXPECT_CLOSE(got, ref, tol)            \
+  do {                                         \
+    ASSERT_EQ((got).size(), (ref).size());     \
+    EXPECT_LE(rel_err(got, ref), tol) << #got; \
+  } while (0)
+
+// max |analytic - numeric| / max |analytic|, for finite-difference checks.
+double fd_err(const Vec& analytic, const Vec& numeric) {
+  double diff = 0.0, scale = 1e-6;
+  for (size_t i = 0; i < analytic.size(); i++) {
+    diff = std::max(diff, std::fabs(static_cast<double>(analytic[i]) - numeric[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(analytic[i])));
+  }
+  return diff / scale;
+}
+
+// Central-difference gradient of loss() with respect to x, perturbing x in place.
+template <class Loss>
+Vec numeric_grad(Vec& x, Loss loss) {
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const float x0 = x[i];
+    const float xp = x0 + kFdStep, xm = x0 - kFdStep;
+    x[i] = xp;
+    const double lp = loss();
+    x[i] = xm;
+    const double lm = loss();
+    x[i] = x0;
+    g[i] = static_cast<float>((lp - lm) / (static_cast<double>(xp) - xm));
+  }
+  return g;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); i++) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+std::string shape(std::initializer_list<long> dims) {
+  std::string s = "shape=";
+  for (long d : dims) s += std::to_string(d) + " ";
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(Residual, ForwardBackward) {
+  SEEDED_RNG(rng);
+  for (long N : {1L, 7L, 1000L, 4099L}) {
+    SCOPED_TRACE(shape({N}));
+    Vec a = rng.vec(N), b = rng.vec(N), dout = rng.vec(N);
+    Vec out(N), out_ref(N);
+    ntp::cpu::residual_forward(out.data(), a.data(), b.data(), N);
+    ntp::ref::residual_forward(out_ref.data(), a.data(), b.data(), N);
+    EXPECT_CLOSE(out, out_ref, kTol);
+
+    Vec da = rng.vec(N), db = rng.vec(N);
+    Vec da_ref = da, db_ref = db;
+    ntp::cpu::residual_backward(da.data(), db.data(), dout.data(), N);
+    ntp::ref::residual_backward(da_ref.data(), db_ref.data(), dout.data(), N);
+    EXPECT_CLOSE(da, da_ref, kTol);
+    EXPECT_CLOSE(db, db_ref, kTol);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(Gelu, ForwardBackward) {
+  SEEDED_RNG(rng);
+  for (long N : {1L, 7L, 1000L, 4099L}) {
+    SCOPED_TRACE(shape({N}));
+    Vec x = rng.vec(N, -6.0f, 6.0f), dout = rng.vec(N);
+    Vec out(N), out_ref(N);
+    ntp::cpu::gelu_forward(out.data(), x.data(), N);
+    ntp::ref::gelu_forward(out_ref.data(), x.data(), N);
+    EXPECT_CLOSE(out, out_ref, kTol);
+
+    Vec dx = rng.vec(N), dx_ref = dx;
+    ntp::cpu::gelu_backward(dx.data(), x.data(), dout.data(), N);
+    ntp::ref::gelu_backward(dx_ref.data(), x.data(), dout.data(), N);
+    EXPECT_CLOSE(dx, dx_ref, kTol);
+  }
+}
+
+TEST(Gelu, ReferenceMatchesFiniteDifferences) {
+  SEEDED_RNG(rng);
+  const long N = 200;
+  Vec x = rng.vec(N, -4.0f, 4.0f), w = rng.vec(N), out(N);
+  Vec dx(N, 0.0f);
+  ntp::ref::gelu_backward(dx.data(), x.data(), w.data(), N);
+  Vec num = numeric_grad(x, [&] {
+    ntp::ref::gelu_forward(out.data(), x.data(), N);
+    return dot(out, w);
+  });
+  EXPECT_LE(fd_err(dx, num), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(AdamW, UpdateAndSumSquares) {
+  SEEDED_RNG(rng);
+  for (long n : {1L, 13L, 1000L, 4099L}) {
+    SCOPED_TRACE(shape({n}));
+    Vec p = rng.vec(n), m = rng.vec(n, -0.1f, 0.1f), v = rng.vec(n, 0.0f, 0.01f);
+    Vec p_ref = p, m_ref = m, v_ref = v;
+    for (int t = 1; t <= 3; t++) {
+      Vec g = rng.vec(n);
+      ntp::cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+      ntp::ref::adamw_update(p_ref.data(), g.data(), m_ref.data(), v_ref.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                             0.5f, t);
+    }
+    EXPECT_CLOSE(p, p_ref, kTol);
+    EXPECT_CLOSE(m, m_ref, kTol);
+    EXPECT_CLOSE(v, v_ref, kTol);
+
+    const double s = ntp::cpu::sum_squares(p.data(), n), s_ref = ntp::ref::sum_squares(p.data(), n);
+    EXPECT_NEAR(s, s_ref, 1e-12 * std::max(1.0, s_ref));
+  }
+  EXPECT_EQ(ntp::cpu::sum_squares(nullptr, 0), 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A vocabulary-parallel ownership map: rank-local rows in ascending token order, -1 if not owned.
+std::vector<int> random_local_rows(Rng& rng, int V, int& Vl) {
+  std::vector<int> local_row(V);
+  Vl = 0;
+  for (int tok = 0; tok < V; tok++) local_row[tok] = rng.uniform(0, 1) ? Vl++ : -1;
+  return local_row;
+}
+
+TEST(Embedding, ForwardBackward) {
+  SEEDED_RNG(rng);
+  struct Shape {
+    int B, T, C, V;
+  };
+  for (Shape s :
+       {Shape{1, 1, 1, 1}, Shape{1, 1, 7, 5}, Shape{2, 5, 13, 11}, Shape{4, 32, 100, 64}, Shape{3, 17, 70, 257}}) {
+    SCOPED_TRACE(shape({s.B, s.T, s.C, s.V}));
+    const int BT = s.B * s.T, C = s.C;
+    int Vl = 0;
+    std::vector<int> local_row = random_local_rows(rng, s.V, Vl);
+    std::vector<int> tokens(BT);
+    for (int& t : tokens) t = rng.uniform(0, s.V - 1);
+    Vec wte = rng.vec(static_cast<size_t>(Vl) * C), wpe = rng.vec(static_cast<size_t>(s.T) * C);
+
+    Vec out = rng.vec(BT * C), out_ref = rng.vec(BT * C);  // garbage: the forward overwrites
+    ntp::cpu::embedding_forward(out.data(), tokens.data(), wte.data(), local_row.data(), BT, C);
+    ntp::ref::embedding_forward(out_ref.data(), tokens.data(), wte.data(), local_row.data(), BT, C);
+    EXPECT_CLOSE(out, out_ref, 0.0);
+    ntp::cpu::position_embedding_forward(out.data(), wpe.data(), s.B, s.T, C);
+    ntp::ref::position_embedding_forward(out_ref.data(), wpe.data(), s.B, s.T, C);
+    EXPECT_CLOSE(out, out_ref, kTol);
+
+    Vec dout = rng.vec(BT * C);
+    Vec dwte = rng.vec(wte.size()), dwpe = rng.vec(wpe.size());
+    Vec dwte_ref = dwte, dwpe_ref = dwpe;
+    ntp::cpu::embedding_backward(dwte.data(), dout.data(), tokens.data(), local_row.data(), BT, C);
+    ntp::ref::embedding_backward(dwte_ref.data(), dout.data(), tokens.data(), local_row.data(), BT, C);
+    EXPECT_CLOSE(dwte, dwte_ref, kTol);
+    ntp::cpu::position_embedding_backward(dwpe.data(), dout.data(), s.B, s.T, C);
+    ntp::ref::position_embedding_backward(dwpe_ref.data(), dout.data(), s.B, s.T, C);
+    EXPECT_CLOSE(dwpe, dwpe_ref, kTol);
+  }
+}
+
+TEST(Embedding, BackwardRepeatedTokens) {
+  SEEDED_RNG(rng);
+  const int BT = 257, C = 67, V = 5;
+  std::vector<int> local_row = {0, -1, 1, 2, -1};  // rank owns tokens 0, 2, 3
+  std::vector<int> tokens(BT);
+  for (int& t : tokens) t = rng.uniform(0, V - 1);
+  tokens[0] = tokens[1] = tokens[BT - 1] = 2;
+  Vec dout = rng.vec(static_cast<size_t>(BT) * C), dwte = rng.vec(3 * C);
+
+  // Expected: initial value plus the sum of every position's gradient carrying that token.
+  std::vector<double> expect(dwte.begin(), dwte.end());
+  for (int bt = 0; bt < BT; bt++)
+    if (local_row[tokens[bt]] >= 0)
+      for (int c = 0; c < C; c++) expect[local_row[tokens[bt]] * C + c] += dout[bt * C + c];
+
+  ntp::cpu::embedding_backward(dwte.data(), dout.data(), tokens.data(), local_row.data(), BT, C);
+  for (int i = 0; i < 3 * C; i++) EXPECT_NEAR(dwte[i], expect[i], 1e-4) << "i=" << i;
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(Matmul, ForwardBackward) {
+  SEEDED_RNG(rng);
+  struct Shape {
+    int BT, C, OC;
+  };
+  for (Shape s :
+       {Shape{1, 1, 1}, Shape{1, 7, 3}, Shape{5, 13, 9}, Shape{33, 17, 70}, Shape{64, 48, 96}, Shape{128, 64, 192}}) {
+    for (WeightLayout layout : {WeightLayout::OutIn, WeightLayout::InOut}) {
+      for (bool with_bias : {true, false}) {
+        SCOPED_TRACE(shape({s.BT, s.C, s.OC}) + (layout == WeightLayout::OutIn ? "OutIn" : "InOut") +
+                     (with_bias ? " bias" : " nobias"));
+        const size_t nin = static_cast<size_t>(s.BT) * s.C, nout = static_cast<size_t>(s.BT) * s.OC;
+        const size_t nw = static_cast<size_t>(s.C) * s.OC;
+        Vec inp = rng.vec(nin), w = rng.vec(nw), bias = rng.vec(s.OC), dout = rng.vec(nout);
+        const float* b = with_bias ? bias.data() : nullptr;
+
+        Vec out = rng.vec(nout), out_ref(nout);  // garbage: the forward overwrites
+        ntp::cpu::matmul_forward(out.data(), inp.data(), w.data(), b, s.BT, s.C, s.OC, layout);
+        ntp::ref::matmul_forward(out_ref.data(), inp.data(), w.data(), b, s.BT, s.C, s.OC, layout);
+        EXPECT_CLOSE(out, out_ref, kTol);
+
+        // Non-zero accumulate targets check the += contract; nullptr dinp/dbias must be skipped.
+        Vec dinp = rng.vec(nin), dw = rng.vec(nw), db = rng.vec(s.OC);
+        Vec dinp_ref = dinp, dw_ref = dw, db_ref = db;
+        float* dinp_p = with_bias ? dinp.data() : nullptr;
+        float* dinp_ref_p = with_bias ? dinp_ref.data() : nullptr;
+        float* db_p = with_bias ? db.data() : nullptr;
+        float* db_ref_p = with_bias ? db_ref.data() : nullptr;
+        ntp::cpu::matmul_backward(dinp_p, dw.data(), db_p, dout.data(), inp.data(), w.data(), s.BT, s.C, s.OC, layout);
+        ntp::ref::matmul_backward(dinp_ref_p, dw_ref.data(), db_ref_p, dout.data(), inp.data(), w.data(), s.BT, s.C,
+                                  s.OC, layout);
+        EXPECT_CLOSE(dinp, dinp_ref, kTol);
+        EXPECT_CLOSE(dw, dw_ref, kTol);
+        EXPECT_CLOSE(db, db_ref, kTol);
+      }
+    }
+  }
+}
+
+TEST(Matmul, LayoutsAgree) {
+  // The same logical weight stored both ways must give the same product.
+  SEEDED_RNG(rng);
+  const int BT = 9, C = 11, OC = 6;
+  Vec inp = rng.vec(BT * C), w_oi = rng.vec(OC * C), w_io(C * OC);
+  for (int o = 0; o < OC; o++)
+    for (int i = 0; i < C; i++) w_io[i * OC + o] = w_oi[o * C + i];
+  Vec a(BT * OC), b(BT * OC);
+  ntp::cpu::matmul_forward(a.data(), inp.data(), w_oi.data(), nullptr, BT, C, OC, WeightLayout::OutIn);
+  ntp::cpu::matmul_forward(b.data(), inp.data(), w_io.data(), nullptr, BT, C, OC, WeightLayout::InOut);
+  EXPECT_CLOSE(a, b, kTol);
+}
+
+TEST(Bias, ForwardBackward) {
+  SEEDED_RNG(rng);
+  for (auto [BT, OC] : {std::pair{1, 1}, std::pair{7, 13}, std::pair{300, 70}}) {
+    SCOPED_TRACE(shape({BT, OC}));
+    Vec bias = rng.vec(OC), out = rng.vec(BT * OC), out_ref = out, dout = rng.vec(BT * OC);
+    ntp::cpu::bias_forward(out.data(), bias.data(), BT, OC);
+    ntp::ref::bias_forward(out_ref.data(), bias.data(), BT, OC);
+    EXPECT_CLOSE(out, out_ref, kTol);
+
+    Vec db = rng.vec(OC), db_ref = db;
+    ntp::cpu::bias_backward(db.data(), dout.data(), BT, OC);
+    ntp::ref::bias_backward(db_ref.data(), dout.data(), BT, OC);
+    EXPECT_CLOSE(db, db_ref, kTol);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(LayerNorm, ForwardBackward) {
+  SEEDED_RNG(rng);
+  for (auto [BT, C] : {std::pair{1, 1}, std::pair{1, 7}, std::pair{5, 13}, std::pair{37, 100}, std::pair{64, 768}}) {
+    SCOPED_TRACE(shape({BT, C}));
+    const size_t n = static_cast<size_t>(BT) * C;
+    Vec inp = rng.vec(n, -2.0f, 3.0f), w = rng.vec(C, 0.5f, 1.5f), b = rng.vec(C), dout = rng.vec(n);
+    Vec out(n), mean(BT), rstd(BT), out_ref(n), mean_ref(BT), rstd_ref(BT);
+    ntp::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), BT, C);
+    ntp::ref::layernorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), inp.data(), w.data(), b.data(), BT,
+                                C);
+    EXPECT_CLOSE(out, out_ref, kTol);
+    EXPECT_CLOSE(mean, mean_ref, kTol);
+    EXPECT_CLOSE(rstd, rstd_ref, kTol);
+
+    Vec dinp = rng.vec(n), dw = rng.vec(C), db = rng.vec(C);
+    Vec dinp_ref = dinp, dw_ref = dw, db_ref = db;
+    ntp::cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                                 rstd.data(), BT, C);
+    ntp::ref::layernorm_backward(dinp_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), inp.data(), w.data(),
+                                 mean.data(), rstd.data(), BT, C);
+    EXPECT_CLOSE(dinp, dinp_ref, kTol);
+    EXPECT_CLOSE(dw, dw_ref, kTol);
+    EXPECT_CLOSE(db, db_ref, kTol);
+  }
+}
+
+TEST(LayerNorm, ReferenceMatchesFiniteDifferences) {
+  SEEDED_RNG(rng);
+  const int BT = 3, C = 10;
+  Vec inp = rng.vec(BT * C, -2.0f, 2.0f), w = rng.vec(C, 0.5f, 1.5f), b = rng.vec(C), proj = rng.vec(BT * C);
+  Vec out(BT * C), mean(BT), rstd(BT);
+  auto loss = [&] {
+    ntp::ref::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), BT, C);
+    return dot(out, proj);
+  };
+  loss();
+  Vec dinp(BT * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
+  ntp::ref::layernorm_backward(dinp.data(), dw.data(), db.data(), proj.data(), inp.data(), w.data(), mean.data(),
+                               rstd.data(), BT, C);
+  EXPECT_LE(fd_err(dinp, numeric_grad(inp, loss)), kFdTol);
+  EXPECT_LE(fd_err(dw, numeric_grad(w, loss)), kFdTol);
+  EXPECT_LE(fd_err(db, numeric_grad(b, loss)), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(Attention, ForwardBackward) {
+  SEEDED_RNG(rng);
+  struct Shape {
+    int B, T, NH, HS;
+  };
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 1, 3, 5}, Shape{2, 5, 3, 5}, Shape{3, 17, 4, 8}, Shape{2, 33, 1, 7},
+                  Shape{1, 64, 2, 16}}) {
+    SCOPED_TRACE(shape({s.B, s.T, s.NH, s.HS}));
+    const size_t nqkv = static_cast<size_t>(s.B) * s.T * s.NH * 3 * s.HS;
+    const size_t nout = static_cast<size_t>(s.B) * s.T * s.NH * s.HS;
+    const size_t natt = static_cast<size_t>(s.B) * s.NH * s.T * s.T;
+    Vec qkv = rng.vec(nqkv, -2.0f, 2.0f), dout = rng.vec(nout);
+    Vec out = rng.vec(nout), att = rng.vec(natt);  // garbage: the forward overwrites, mask included
+    Vec out_ref(nout), att_ref(natt);
+    ntp::cpu::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.HS);
+    ntp::ref::attention_forward(out_ref.data(), att_ref.data(), qkv.data(), s.B, s.T, s.NH, s.HS);
+    EXPECT_CLOSE(out, out_ref, kTol);
+    EXPECT_CLOSE(att, att_ref, kTol);
+    for (int bh = 0; bh < s.B * s.NH; bh++)
+      for (int t = 0; t < s.T; t++)
+        for (int j = t + 1; j < s.T; j++) ASSERT_EQ(att[(static_cast<size_t>(bh) * s.T + t) * s.T + j], 0.0f);
+
+    Vec dqkv = rng.vec(nqkv), dqkv_ref = dqkv;
+    Vec scratch = rng.vec(natt), scratch_ref = rng.vec(natt);
+    ntp::cpu::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.NH,
+                                 s.HS);
+    ntp::ref::attention_backward(dqkv_ref.data(), scratch_ref.data(), dout.data(), qkv.data(), att_ref.data(), s.B, s.T,
+                                 s.NH, s.HS);
+    EXPECT_CLOSE(dqkv, dqkv_ref, kTol);
+  }
+}
+
+TEST(Attention, ReferenceMatchesFiniteDifferences) {
+  SEEDED_RNG(rng);
+  const int B = 2, T = 4, NH = 3, HS = 5;
+  const size_t nqkv = static_cast<size_t>(B) * T * NH * 3 * HS, nout = static_cast<size_t>(B) * T * NH * HS;
+  Vec qkv = rng.vec(nqkv, -1.5f, 1.5f), proj = rng.vec(nout);
+  Vec out(nout), att(static_cast<size_t>(B) * NH * T * T), scratch(att.size());
+  auto loss = [&] {
+    ntp::ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, HS);
+    return dot(out, proj);
+  };
+  loss();
+  Vec dqkv(nqkv, 0.0f);
+  ntp::ref::attention_backward(dqkv.data(), scratch.data(), proj.data(), qkv.data(), att.data(), B, T, NH, HS);
+  EXPECT_LE(fd_err(dqkv, numeric_grad(qkv, loss)), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The full 3-stage protocol on one rank (no all-reduce needed); returns losses, fills dlogits.
+template <class RowMax, class Sums, class Loss, class Backward>
+Vec crossentropy_single_rank(Vec& dlogits, const Vec& logits, const std::vector<int>& targets,
+                             const std::vector<int>& local_row, int BT, int Vl, float dloss, RowMax row_max_fn,
+                             Sums sums_fn, Loss loss_fn, Backward backward_fn) {
+  Vec row_max(BT), sums(2 * BT), losses(BT);
+  row_max_fn(row_max.data(), logits.data(), BT, Vl);
+  sums_fn(sums.data(), logits.data(), row_max.data(), targets.data(), local_row.data(), BT, Vl);
+  loss_fn(losses.data(), row_max.data(), sums.data(), BT);
+  dlogits.resize(logits.size());
+  backward_fn(dlogits.data(), logits.data(), row_max.data(), sums.data(), targets.data(), local_row.data(), dloss, BT,
+              Vl);
+  return losses;
+}
+
+Vec ce_fast(Vec& dlogits, const Vec& logits, const std::vector<int>& targets, const std::vector<int>& local_row, int BT,
+            int Vl, float dloss) {
+  return crossentropy_single_rank(dlogits, logits, targets, local_row, BT, Vl, dloss, ntp::cpu::crossentropy_local_max,
+                                  ntp::cpu::crossentropy_local_sums, ntp::cpu::crossentropy_loss,
+                                  ntp::cpu::crossentropy_backward);
+}
+
+Vec ce_ref(Vec& dlogits, const Vec& logits, const std::vector<int>& targets, const std::vector<int>& local_row, int BT,
+           int Vl, float dloss) {
+  return crossentropy_single_rank(dlogits, logits, targets, local_row, BT, Vl, dloss, ntp::ref::crossentropy_local_max,
+                                  ntp::ref::crossentropy_local_sums, ntp::ref::crossentropy_loss,
+                                  ntp::ref::crossentropy_backward);
+}
+
+std::vector<int> identity_rows(int V) {
+  std::vector<int> r(V);
+  for (int i = 0; i < V; i++) r[i] = i;
+  return r;
+}
+
+TEST(CrossEntropy, FullVocabulary) {
+  SEEDED_RNG(rng);
+  for (auto [BT, V] : {std::pair{1, 1}, std::pair{3, 7}, std::pair{16, 100}, std::pair{5, 1000}}) {
+    SCOPED_TRACE(shape({BT, V}));
+    Vec logits = rng.vec(static_cast<size_t>(BT) * V, -5.0f, 5.0f);
+    std::vector<int> targets(BT), rows = identity_rows(V);
+    for (int& t : targets) t = rng.uniform(0, V - 1);
+    const float dloss = 1.0f / BT;
+    Vec dlogits, dlogits_ref;
+    Vec losses = ce_fast(dlogits, logits, targets, rows, BT, V, dloss);
+    Vec losses_ref = ce_ref(dlogits_ref, logits, targets, rows, BT, V, dloss);
+    EXPECT_CLOSE(losses, losses_ref, kTol);
+    EXPECT_CLOSE(dlogits, dlogits_ref, kTol);
+
+    // The backward may run in place (dlogits aliasing logits).
+    Vec row_max(BT), sums(2 * BT), inplace = logits;
+    ntp::cpu::crossentropy_local_max(row_max.data(), logits.data(), BT, V);
+    ntp::cpu::crossentropy_local_sums(sums.data(), logits.data(), row_max.data(), targets.data(), rows.data(), BT, V);
+    ntp::cpu::crossentropy_backward(inplace.data(), inplace.data(), row_max.data(), sums.data(), targets.data(),
+                                    rows.data(), dloss, BT, V);
+    EXPECT_CLOSE(inplace, dlogits, 0.0);
+  }
+}
+
+TEST(CrossEntropy, EmptyLocalVocabulary) {
+  SEEDED_RNG(rng);
+  const int BT = 4, V = 6;
+  std::vector<int> targets(BT), rows(V, -1);
+  for (int& t : targets) t = rng.uniform(0, V - 1);
+  Vec none;
+  for (auto row_max_fn : {ntp::cpu::crossentropy_local_max, ntp::ref::crossentropy_local_max}) {
+    Vec row_max(BT, 0.0f);
+    row_max_fn(row_max.data(), none.data(), BT, 0);
+    for (float m : row_max) EXPECT_EQ(m, -INFINITY);
+  }
+  for (auto sums_fn : {ntp::cpu::crossentropy_local_sums, ntp::ref::crossentropy_local_sums}) {
+    Vec row_max(BT, 1.5f), sums(2 * BT, 7.0f);  // the global max, as after the all-reduce
+    sums_fn(sums.data(), none.data(), row_max.data(), targets.data(), rows.data(), BT, 0);
+    for (float s : sums) EXPECT_EQ(s, 0.0f);
+  }
+}
+
+TEST(CrossEntropy, VocabParallelMatchesSingleRank) {
+  SEEDED_RNG(rng);
+  const int BT = 6, V = 23, R = 3;
+  for (bool idle_rank : {false, true}) {  // idle_rank: rank 2 owns no token at all (Vl = 0)
+    SCOPED_TRACE(idle_rank ? "rank 2 idle" : "all ranks own tokens");
+    // Random (so non-contiguous and, with V = 23, uneven) ownership.
+    std::vector<int> owner(V);
+    for (int& o : owner) o = rng.uniform(0, idle_rank ? R - 2 : R - 1);
+    Vec logits = rng.vec(static_cast<size_t>(BT) * V, -5.0f, 5.0f);
+    std::vector<int> targets(BT);
+    for (int& t : targets) t = rng.uniform(0, V - 1);
+    const float dloss = 1.0f / BT;
+
+    Vec dlogits_full;
+    Vec losses_full = ce_fast(dlogits_full, logits, targets, identity_rows(V), BT, V, dloss);
+
+    // Shard: rank r holds the columns of the tokens it owns, in ascending token order.
+    std::vector<std::vector<int>> local_row(R, std::vector<int>(V, -1));
+    std::vector<std::vector<int>> tokens_of(R);
+    for (int tok = 0; tok < V; tok++) {
+      local_row[owner[tok]][tok] = static_cast<int>(tokens_of[owner[tok]].size());
+      tokens_of[owner[tok]].push_back(tok);
+    }
+    std::vector<Vec> shard(R);
+    for (int r = 0; r < R; r++) {
+      const int Vl = static_cast<int>(tokens_of[r].size());
+      shard[r].resize(static_cast<size_t>(BT) * Vl);
+      for (int bt = 0; bt < BT; bt++)
+        for (int j = 0; j < Vl; j++) shard[r][bt * Vl + j] = logits[bt * V + tokens_of[r][j]];
+    }
+    auto vl = [&](int r) { return static_cast<int>(tokens_of[r].size()); };
+
+    // Stage 1 + all-reduce MAX.
+    Vec row_max(BT, -INFINITY);
+    for (int r = 0; r < R; r++) {
+      Vec m(BT);
+      ntp::cpu::crossentropy_local_max(m.data(), shard[r].data(), BT, vl(r));
+      for (int bt = 0; bt < BT; bt++) row_max[bt] = std::max(row_max[bt], m[bt]);
+    }
+    // Stage 2 + all-reduce SUM.
+    Vec sums(2 * BT, 0.0f);
+    for (int r = 0; r < R; r++) {
+      Vec s(2 * BT);
+      ntp::cpu::crossentropy_local_sums(s.data(), shard[r].data(), row_max.data(), targets.data(), local_row[r].data(),
+                                        BT, vl(r));
+      for (int i = 0; i < 2 * BT; i++) sums[i] += s[i];
+    }
+    // Stage 3 on every rank: identical losses, and each rank's dlogits are its columns of the full ones.
+    for (int r = 0; r < R; r++) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      Vec losses(BT);
+      ntp::cpu::crossentropy_loss(losses.data(), row_max.data(), sums.data(), BT);
+      EXPECT_CLOSE(losses, losses_full, kTol);
+      Vec d = shard[r];  // in place, as the engine does
+      ntp::cpu::crossentropy_backward(d.data(), d.data(), row_max.data(), sums.data(), targets.data(),
+                                      local_row[r].data(), dloss, BT, vl(r));
+      Vec expect(d.size());
+      for (int bt = 0; bt < BT; bt++)
+        for (int j = 0; j < vl(r); j++) expect[bt * vl(r) + j] = dlogits_full[bt * V + tokens_of[r][j]];
+      EXPECT_CLOSE(d, expect, kTol);
+    }
+  }
+}
+
+TEST(CrossEntropy, ReferenceMatchesFiniteDifferences) {
+  SEEDED_RNG(rng);
+  const int BT = 3, V = 9;
+  Vec logits = rng.vec(BT * V, -3.0f, 3.0f), dlogits;
+  std::vector<int> targets(BT), rows = identity_rows(V);
+  for (int& t : targets) t = rng.uniform(0, V - 1);
+  auto loss = [&] {
+    Vec unused, losses = ce_ref(unused, logits, targets, rows, BT, V, 1.0f);
+    double s = 0.0;
+    for (float l : losses) s += l;
+    return s;
+  };
+  ce_ref(dlogits, logits, targets, rows, BT, V, 1.0f);
+  EXPECT_LE(fd_err(dlogits, numeric_grad(logits, loss)), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(Determinism, ReductionsRepeatBitwise) {
+  // Cross-row reductions must not depend on thread timing: two runs give identical bits.
+  SEEDED_RNG(rng);
+  const int BT = 513, C = 97;
+  Vec inp = rng.vec(BT * C), w = rng.vec(C), b = rng.vec(C), dout = rng.vec(BT * C);
+  Vec out(BT * C), mean(BT), rstd(BT);
+  ntp::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), BT, C);
+  std::vector<int> tokens(BT), rows = identity_rows(4);
+  for (int& t : tokens) t = rng.uniform(0, 3);
+  auto run = [&] {
+    Vec dinp(BT * C, 0.0f), dw(C, 0.0f), db(C, 0.0f), dbias(C, 0.0f), dwte(4 * C, 0.0f), dwpe(C, 0.0f);
+    ntp::cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                                 rstd.data(), BT, C);
+    ntp::cpu::bias_backward(dbias.data(), dout.data(), BT, C);
+    ntp::cpu::embedding_backward(dwte.data(), dout.data(), tokens.data(), rows.data(), BT, C);
+    ntp::cpu::position_embedding_backward(dwpe.data(), dout.data(), BT, 1, C);
+    Vec all;
+    for (const Vec* v : {&dinp, &dw, &db, &dbias, &dwte, &dwpe}) all.insert(all.end(), v->begin(), v->end());
+    all.push_back(static_cast<float>(ntp::cpu::sum_squares(dout.data(), BT * C)));
+    return all;
+  };
+  const Vec first = run();
+  for (int rep = 0; rep < 3; rep++) {
+    const Vec again = run();
+    EXPECT_TRUE(std::equal(first.begin(), first.end(), again.begin()));
+  }
+}
+
+}  // namespace
