@@ -1,5 +1,7 @@
 #include "gpt_model.hpp"
 
+#include "tp_layers.hpp"
+
 #include <stdexcept>
 
 namespace ntp {
@@ -65,63 +67,39 @@ void GptModel::init_params(unsigned long long seed) {
   }
 }
 
-void GptModel::tp_allreduce(float* buf, std::size_t n) {
-  if (tp_.size() == 1) return;
-  PhaseScope s(*clock_, Phase::TpComm);
-  tp_.allreduce_sum(buf, n);
-}
-
-void GptModel::tp_allreduce_max(float* buf, std::size_t n) {
-  if (tp_.size() == 1) return;
-  PhaseScope s(*clock_, Phase::TpComm);
-  tp_.allreduce_max(buf, n);
-}
-
 double GptModel::forward(const int* tokens, const int* targets, int B) {
   if (B < 1 || B > max_batch_)
     throw std::invalid_argument("batch " + std::to_string(B) + " outside [1, " + std::to_string(max_batch_) + "]");
   if (!clock_) clock_ = &own_clock_;
   PhaseScope phase(*clock_, Phase::Forward);
+  const TpContext tp{be_, tp_, clock_};
   B_ = B;
   const int T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
   be_.ints_from_host(tokens_, tokens, BT);
   be_.ints_from_host(targets_, targets, BT);
 
-  // Vocabulary-parallel embedding: each rank looks up the tokens it owns, the sum assembles them.
-  be_.embedding_forward(encoded_, tokens_, param(kWte), vocab_rows_, BT, d);
-  tp_allreduce(encoded_, std::size_t(BT) * d);
-  be_.position_embedding_forward(encoded_, param(kWpe), B, T, d);
-
+  vocab_parallel_embedding_forward(tp, encoded_, tokens_, param(kWte), vocab_rows_, param(kWpe), B, T, d);
   for (int l = 0; l < m_.layers; ++l) {
     auto& a = acts_[l];
     auto P = [&](LayerTensor t) { return param(layer_tensor(l, t)); };
     const float* x = layer_input(l);
     be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(kLn1W), P(kLn1B), BT, d);
-    be_.matmul_forward(a.qkv, a.ln1, P(kQkvW), P(kQkvB), BT, d, 3 * dl, WeightLayout::OutIn);
+    column_parallel_forward(tp, a.qkv, a.ln1, P(kQkvW), P(kQkvB), BT, d, 3 * dl);
     be_.attention_forward(a.atty, a.att, a.qkv, B, T, Hl, hs);
-    be_.matmul_forward(a.attproj, a.atty, P(kAttnProjW), nullptr, BT, dl, d, WeightLayout::InOut);
-    tp_allreduce(a.attproj, std::size_t(BT) * d);
-    be_.bias_forward(a.attproj, P(kAttnProjB), BT, d);
+    row_parallel_forward(tp, a.attproj, a.atty, P(kAttnProjW), P(kAttnProjB), BT, dl, d);
     be_.residual_forward(a.res2, x, a.attproj, long(BT) * d);
     be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(kLn2W), P(kLn2B), BT, d);
-    be_.matmul_forward(a.fch, a.ln2, P(kFcW), P(kFcB), BT, d, fl, WeightLayout::OutIn);
+    column_parallel_forward(tp, a.fch, a.ln2, P(kFcW), P(kFcB), BT, d, fl);
     be_.gelu_forward(a.fch_gelu, a.fch, long(BT) * fl);
-    be_.matmul_forward(a.fcproj, a.fch_gelu, P(kFcProjW), nullptr, BT, fl, d, WeightLayout::InOut);
-    tp_allreduce(a.fcproj, std::size_t(BT) * d);
-    be_.bias_forward(a.fcproj, P(kFcProjB), BT, d);
+    row_parallel_forward(tp, a.fcproj, a.fch_gelu, P(kFcProjW), P(kFcProjB), BT, fl, d);
     be_.residual_forward(a.res3, a.res2, a.fcproj, long(BT) * d);
   }
-
   const float* top = layer_input(m_.layers);
   be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, param(lnf_weight(m_)), param(lnf_bias(m_)), BT, d);
-  // Tied LM head, column-parallel over the vocabulary.
-  be_.matmul_forward(logits_, lnf_, param(kWte), nullptr, BT, d, Vl, WeightLayout::OutIn);
-  be_.crossentropy_local_max(ce_max_, logits_, BT, Vl);
-  tp_allreduce_max(ce_max_, BT);
-  be_.crossentropy_local_sums(ce_sums_, logits_, ce_max_, targets_, vocab_rows_, BT, Vl);
-  tp_allreduce(ce_sums_, 2 * std::size_t(BT));
-  be_.crossentropy_loss(losses_, ce_max_, ce_sums_, BT);
+  // The LM head is tied to the embedding: column-parallel over the vocabulary.
+  column_parallel_forward(tp, logits_, lnf_, param(kWte), nullptr, BT, d, Vl);
+  vocab_parallel_cross_entropy_forward(tp, losses_, ce_max_, ce_sums_, logits_, targets_, vocab_rows_, BT, Vl);
 
   be_.to_host(host_losses_.data(), losses_, BT);
   double sum = 0.0;
@@ -132,50 +110,34 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
 void GptModel::backward(float dloss) {
   if (B_ == 0) throw std::logic_error("backward() before forward()");
   PhaseScope phase(*clock_, Phase::Backward);
+  const TpContext tp{be_, tp_, clock_};
   const int B = B_, T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
-  const std::size_t nd = std::size_t(BT) * d;
 
-  // Cross-entropy and the tied LM head; dlogits overwrite the logits.
-  be_.crossentropy_backward(logits_, logits_, ce_max_, ce_sums_, targets_, vocab_rows_, dloss, BT, Vl);
-  be_.zero(dln_, nd);
-  be_.matmul_backward(dln_, grad(kWte), nullptr, logits_, lnf_, param(kWte), BT, d, Vl, WeightLayout::OutIn);
-  tp_allreduce(dln_, nd);
-  be_.zero(dres_, nd);
+  vocab_parallel_cross_entropy_backward(tp, logits_, ce_max_, ce_sums_, targets_, vocab_rows_, dloss, BT, Vl);
+  column_parallel_backward(tp, dln_, grad(kWte), nullptr, logits_, lnf_, param(kWte), BT, d, Vl);
+  be_.zero(dres_, std::size_t(BT) * d);
   be_.layernorm_backward(dres_, grad(lnf_weight(m_)), grad(lnf_bias(m_)), dln_, layer_input(m_.layers),
                          param(lnf_weight(m_)), lnf_mean_, lnf_rstd_, BT, d);
 
+  // dres_ carries the residual-stream gradient down the layers; LayerNorm backward adds into it.
   for (int l = m_.layers - 1; l >= 0; --l) {
     auto& a = acts_[l];
     auto P = [&](LayerTensor t) { return param(layer_tensor(l, t)); };
     auto G = [&](LayerTensor t) { return grad(layer_tensor(l, t)); };
     const float* x = layer_input(l);
-    // dres_ holds d(res3): MLP.
-    be_.bias_backward(G(kFcProjB), dres_, BT, d);
-    be_.zero(dfch_gelu_, std::size_t(BT) * fl);
-    be_.matmul_backward(dfch_gelu_, G(kFcProjW), nullptr, dres_, a.fch_gelu, P(kFcProjW), BT, fl, d,
-                        WeightLayout::InOut);
+    row_parallel_backward(tp, dfch_gelu_, G(kFcProjW), G(kFcProjB), dres_, a.fch_gelu, P(kFcProjW), BT, fl, d);
     be_.zero(dfch_, std::size_t(BT) * fl);
     be_.gelu_backward(dfch_, a.fch, dfch_gelu_, long(BT) * fl);
-    be_.zero(dln_, nd);
-    be_.matmul_backward(dln_, G(kFcW), G(kFcB), dfch_, a.ln2, P(kFcW), BT, d, fl, WeightLayout::OutIn);
-    tp_allreduce(dln_, nd);
+    column_parallel_backward(tp, dln_, G(kFcW), G(kFcB), dfch_, a.ln2, P(kFcW), BT, d, fl);
     be_.layernorm_backward(dres_, G(kLn2W), G(kLn2B), dln_, a.res2, P(kLn2W), a.ln2_mean, a.ln2_rstd, BT, d);
-    // dres_ holds d(res2): attention.
-    be_.bias_backward(G(kAttnProjB), dres_, BT, d);
-    be_.zero(datty_, std::size_t(BT) * dl);
-    be_.matmul_backward(datty_, G(kAttnProjW), nullptr, dres_, a.atty, P(kAttnProjW), BT, dl, d,
-                        WeightLayout::InOut);
+    row_parallel_backward(tp, datty_, G(kAttnProjW), G(kAttnProjB), dres_, a.atty, P(kAttnProjW), BT, dl, d);
     be_.zero(dqkv_, std::size_t(BT) * 3 * dl);
     be_.attention_backward(dqkv_, att_scratch_, datty_, a.qkv, a.att, B, T, Hl, hs);
-    be_.zero(dln_, nd);
-    be_.matmul_backward(dln_, G(kQkvW), G(kQkvB), dqkv_, a.ln1, P(kQkvW), BT, d, 3 * dl, WeightLayout::OutIn);
-    tp_allreduce(dln_, nd);
+    column_parallel_backward(tp, dln_, G(kQkvW), G(kQkvB), dqkv_, a.ln1, P(kQkvW), BT, d, 3 * dl);
     be_.layernorm_backward(dres_, G(kLn1W), G(kLn1B), dln_, x, P(kLn1W), a.ln1_mean, a.ln1_rstd, BT, d);
-    // dres_ holds d(layer input).
   }
-  be_.embedding_backward(grad(kWte), dres_, tokens_, vocab_rows_, BT, d);
-  be_.position_embedding_backward(grad(kWpe), dres_, B, T, d);
+  vocab_parallel_embedding_backward(tp, grad(kWte), grad(kWpe), dres_, tokens_, vocab_rows_, B, T, d);
 }
 
 double GptModel::tp_bytes_per_step(const ModelConfig& m, int B, int T) {

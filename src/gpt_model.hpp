@@ -51,8 +51,6 @@ class GptModel {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu,
         *fcproj, *res3;
   };
-  void tp_allreduce(float* buf, std::size_t n);
-  void tp_allreduce_max(float* buf, std::size_t n);
   const float* layer_input(int l) const { return l == 0 ? encoded_ : acts_[l - 1].res3; }
 
   Backend& be_;

@@ -2,12 +2,12 @@
 // DP 1) from the same initial state and compare the parameters with the run's final checkpoint.
 // Agreement shows the sharded run computed the same training as the unsharded model.
 #include <algorithm>
-#include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "h5.hpp"
+#include "param_compare.hpp"
 #include "recorder.hpp"
 #include "run.hpp"
 #include "trainer.hpp"
@@ -47,25 +47,14 @@ int run_replay(const Options& cli, Comm& world) {
     if (!cli.quiet) fmt::print("replay step {:5d} | {} samples | loss {:.6f}\n", steps[i], samples[i], r.loss);
   }
 
-  // Largest relative difference per tensor: max|a - b| / max|b|.
   const auto reference = read_checkpoint_params(ckpt, o.model);
   GptModel& m = trainer.model();
-  double worst = 0;
-  std::string worst_name;
-  for (int t = 0; t < m.layout().tensor_count(); ++t) {
-    const float* mine = m.param(t);
-    const auto& ref = reference[t];
-    double diff = 0, scale = 0;
-    for (std::size_t k = 0; k < ref.size(); ++k) {
-      diff = std::max(diff, double(std::fabs(mine[k] - ref[k])));
-      scale = std::max(scale, double(std::fabs(ref[k])));
-    }
-    const double rel = diff / std::max(scale, 1e-30);
-    if (rel > worst || worst_name.empty()) worst = rel, worst_name = m.layout().specs()[t].name;
-  }
-  const bool ok = worst <= cli.replay_tol;
-  fmt::print("replay: largest relative parameter difference {:.3e} ({}) — {} tolerance {:.1e}\n", worst, worst_name,
-             ok ? "within" : "EXCEEDS", cli.replay_tol);
+  std::vector<std::vector<float>> mine;
+  for (int t = 0; t < m.layout().tensor_count(); ++t)
+    mine.emplace_back(m.param(t), m.param(t) + m.layout().slot(t).elems);
+  const ParamDiff diff = compare_params(o.model, mine, reference, o.opt.lr, static_cast<int>(steps.size()));
+  const bool ok = diff.within(cli.replay_tol);
+  fmt::print("replay: {}\nreplay: {}\n", diff.describe(cli.replay_tol), ok ? "AGREES" : "DISAGREES");
   return ok ? 0 : 1;
 }
 
