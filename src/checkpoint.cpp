@@ -98,6 +98,7 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
     file.reset();
     std::filesystem::rename(tmp, path);
   }
+  comm.barrier();  // the file is complete for every rank once this returns
 }
 
 CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* opt) {
@@ -136,11 +137,12 @@ CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* 
   return meta;
 }
 
-std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, const ModelConfig& m) {
+std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, const ModelConfig& m,
+                                                       const std::string& group) {
   h5::File file(path, h5::Mode::ReadOnly);
   check_model(file.id(), path, m);
   std::vector<std::vector<float>> out;
-  for (const auto& s : gpt2_tensors(m)) out.push_back(from_hf(m, s, h5::read_floats(file.id(), s.name, s.hf_shape)));
+  for (const auto& s : gpt2_tensors(m)) out.push_back(from_hf(m, s, h5::read_floats(file.id(), group + s.name, s.hf_shape)));
   return out;
 }
 

@@ -35,7 +35,9 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
 // the file has them. Checks the model dimensions and every tensor's shape.
 CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* opt);
 
-// The full canonical (TP 1 storage order) value of every parameter tensor, for comparisons.
-std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, const ModelConfig& m);
+// The full canonical (TP 1 storage order) value of every parameter tensor, for comparisons;
+// group "optimizer/m/" or "optimizer/v/" reads a moment instead.
+std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, const ModelConfig& m,
+                                                       const std::string& group = "");
 
 }  // namespace ntp

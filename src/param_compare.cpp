@@ -11,13 +11,14 @@
 namespace ntp {
 
 ParamDiff compare_params(const ModelConfig& m, const std::vector<std::vector<float>>& a,
-                         const std::vector<std::vector<float>>& b, double lr, int steps) {
+                         const std::vector<std::vector<float>>& b, double bound) {
   const auto specs = gpt2_tensors(m);
   if (a.size() != specs.size() || b.size() != specs.size())
     throw std::invalid_argument("compare_params: tensor count mismatch");
   ParamDiff d;
-  d.key_bias_bound = 0.1 * lr * steps;
+  d.key_bias_bound = bound;
   const long hs = m.head_size();
+  double all_diff2 = 0, all_ref2 = 0;
   for (std::size_t t = 0; t < specs.size(); ++t) {
     if (a[t].size() != b[t].size()) throw std::invalid_argument("compare_params: size mismatch in " + specs[t].name);
     const bool qkv_bias = specs[t].name.ends_with("attn.c_attn.bias");
@@ -32,17 +33,20 @@ ParamDiff compare_params(const ModelConfig& m, const std::vector<std::vector<flo
       diff2 += delta * delta;
       ref2 += double(b[t][k]) * b[t][k];
     }
+    all_diff2 += diff2;
+    all_ref2 += ref2;
     const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
     if (rel > d.worst_rel_l2 || d.worst_tensor.empty()) d.worst_rel_l2 = rel, d.worst_tensor = specs[t].name;
   }
+  d.model_rel_l2 = all_ref2 > 0 ? std::sqrt(all_diff2 / all_ref2) : std::sqrt(all_diff2);
   return d;
 }
 
-std::string ParamDiff::describe(double rel_tol) const {
+std::string ParamDiff::describe() const {
   return fmt::format(
-      "largest relative parameter difference {:.3e} ({}; tolerance {:.1e}); attention key bias max |diff| {:.3e} "
-      "(bound {:.1e}: its gradient is analytically zero, see param_compare.hpp)",
-      worst_rel_l2, worst_tensor, rel_tol, key_bias_max_abs, key_bias_bound);
+      "relative L2 difference {:.3e} over all parameters; worst tensor {:.3e} ({}); attention key bias max |diff| "
+      "{:.3e} (bound {:.1e})",
+      model_rel_l2, worst_rel_l2, worst_tensor, key_bias_max_abs, key_bias_bound);
 }
 
 }  // namespace ntp
