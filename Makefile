@@ -1,0 +1,68 @@
+# ntpbench front door. `make demo` installs what is missing, builds and runs the main job;
+# `make test` builds and runs every test. Everything else wraps CMake.
+
+BUILD    ?= build
+JOBS     ?= $(shell nproc)
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+RANKS    ?= 8
+NTPBENCH := $(BUILD)/ntpbench
+
+# Debian 12 packages the build and the tests need.
+APT_PACKAGES := build-essential cmake pkg-config git \
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools \
+  libopenblas-dev libopenblas-openmp-dev \
+  libgtest-dev libgmock-dev libbenchmark-dev \
+  libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev \
+  python3 python3-venv python3-pip
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Open MPI refuses root unless told; ranks may outnumber cores on a workstation.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+MPIRUN := mpirun --oversubscribe
+
+.PHONY: all deps apt-deps py-deps build test demo clean help
+
+all: build
+
+help:
+	@echo "make deps    install missing Debian packages and the Python venv for analysis/"
+	@echo "make build   configure and build into $(BUILD)/"
+	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
+	@echo "make demo    deps + build, then the embedded default job ($(RANKS) ranks, small, TP 4) and its replay check"
+
+deps: apt-deps py-deps
+
+apt-deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	else echo "Debian packages: all present"; fi
+
+py-deps: $(VENV)/.installed
+
+$(VENV)/.installed: analysis/requirements.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r analysis/requirements.txt
+	touch $@
+
+$(BUILD)/CMakeCache.txt: CMakeLists.txt
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build py-deps
+	cd $(BUILD) && ctest --output-on-failure
+	@if ls analysis/tests/test_*.py >/dev/null 2>&1; then $(PY) -m pytest -q analysis/tests; fi
+
+demo: deps build
+	@mkdir -p results/demo
+	$(MPIRUN) -np $(RANKS) $(NTPBENCH) --preset small --tp 4 --steps 30 --out results/demo/engine.h5 --overwrite
+	$(NTPBENCH) --replay results/demo/engine.h5 --quiet
+
+clean:
+	rm -rf $(BUILD)
