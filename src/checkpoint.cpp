@@ -44,10 +44,9 @@ SourceOwners owners_in_replica(const TpLayout& layout, const std::vector<int>& r
   return o;
 }
 
-void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners, GptModel& model,
-                     AdamW& opt, const CheckpointMeta& meta) {
-  const ParamLayout& L = model.layout();
-  const ModelConfig& m = L.model();
+void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners,
+                     const ModelConfig& m, GptModel* model, AdamW* opt, const CheckpointMeta& meta) {
+  const auto specs = gpt2_tensors(m);
   const bool writing = comm.rank() == writer;
   std::vector<ReshardPlan> plans;
   for (int d = 0; d < 3; ++d)
@@ -68,22 +67,23 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
     for (auto [name, v] : dims) h5::set_attr(f, "/", name, static_cast<long long>(v));
   }
 
+  if (writing && !model) throw std::logic_error("checkpoint writer holds no model");
   std::vector<float> full[3];
-  float* local[3] = {model.params(), opt.m(), opt.v()};
+  float* local[3] = {model ? model->params() : nullptr, opt ? opt->m() : nullptr, opt ? opt->v() : nullptr};
   const char* prefix[3] = {"", "optimizer/m/", "optimizer/v/"};
-  for (int t = 0; t < L.tensor_count(); ++t) {
-    const TensorSpec& s = L.specs()[t];
-    const TensorSlot& slot = L.slot(t);
+  for (int t = 0; t < static_cast<int>(specs.size()); ++t) {
+    const TensorSpec& s = specs[t];
+    const std::size_t off = model ? model->layout().slot(t).offset : 0;
     const long n = s.full_elems(m);
     if (s.dim == ShardDim::Replicated) {
       if (!writing) continue;
-      for (int k = 0; k < 3; ++k) full[k].assign(local[k] + slot.offset, local[k] + slot.offset + n);
+      for (int k = 0; k < 3; ++k) full[k].assign(local[k] + off, local[k] + off + n);
     } else {
       const ReshardPlan& plan = plans[dim_index(s.dim)];
       std::vector<ReshardTensor> tensors;
       for (int k = 0; k < 3; ++k) {
         full[k].assign(writing ? n : 0, 0.0f);
-        tensors.push_back({local[k] + slot.offset, writing ? full[k].data() : nullptr, s.unit_elems});
+        tensors.push_back({model ? local[k] + off : nullptr, writing ? full[k].data() : nullptr, s.unit_elems});
       }
       reshard(comm, plan, tensors);
       if (!writing) continue;

@@ -27,9 +27,9 @@ SourceOwners owners_in_replica(const TpLayout& layout, const std::vector<int>& r
 
 // Collective over `comm`: gathers the shards to `writer` (a rank of the source replica) with the
 // reshard primitive; the writer writes `path` atomically (temporary file, then rename). Ranks
-// outside the source replica pass their model too (they send nothing).
-void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners, GptModel& model,
-                     AdamW& opt, const CheckpointMeta& meta);
+// outside the source replica send nothing; they may pass null model and optimizer.
+void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners,
+                     const ModelConfig& m, GptModel* model, AdamW* opt, const CheckpointMeta& meta);
 
 // Every rank reads its own shards. Loads the AdamW moments and step too when `opt` is given and
 // the file has them. Checks the model dimensions and every tensor's shape.

@@ -2,6 +2,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <climits>
 #include <stdexcept>
 
@@ -23,6 +25,16 @@ MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI error in ") + what);
+}
+
+// Completes a request, yielding the core between polls (spins briefly first for short waits).
+void wait_politely(MPI_Request& req) {
+  int done = 0;
+  for (int spin = 0; spin < 200 && !done; ++spin) check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  while (!done) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  }
 }
 
 class MpiComm final : public Comm {
@@ -57,8 +69,12 @@ class MpiComm final : public Comm {
   }
 
   void gather(const double* send, std::size_t n, double* recv, int root) override {
-    check(MPI_Gather(send, static_cast<int>(n), MPI_DOUBLE, recv, static_cast<int>(n), MPI_DOUBLE, root, comm_),
-          "MPI_Gather");
+    // The metrics channel: idle and dead ranks wait here for the trainers, so wait politely
+    // (test and sleep) instead of spinning on a core the trainers need.
+    MPI_Request req;
+    check(MPI_Igather(send, static_cast<int>(n), MPI_DOUBLE, recv, static_cast<int>(n), MPI_DOUBLE, root, comm_, &req),
+          "MPI_Igather");
+    wait_politely(req);
   }
 
   std::vector<std::string> gather(const std::string& s, int root) override {

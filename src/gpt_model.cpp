@@ -8,7 +8,7 @@ namespace ntp {
 
 GptModel::GptModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm,
                    int max_batch, int seq)
-    : be_(backend), m_(m), layout_(m, tp, tp_rank), tp_(tp_comm), max_batch_(max_batch), T_(seq) {
+    : be_(backend), m_(m), layout_(m, tp, tp_rank), tp_(&tp_comm), max_batch_(max_batch), T_(seq) {
   if (tp_comm.size() != tp.degree())
     throw std::invalid_argument("TP communicator size does not match the layout's degree");
   if (seq < 1 || seq > m.context)
@@ -51,6 +51,18 @@ GptModel::GptModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, i
   host_losses_.resize(BT);
 }
 
+void GptModel::set_tp_comm(Comm& tp) {
+  if (tp.size() != layout_.tp().degree()) throw std::invalid_argument("TP communicator size does not match the layout");
+  tp_ = &tp;
+}
+
+double GptModel::local_forward_flops(int B) const {
+  const double BT = double(B) * T_, d = m_.hidden, hs = m_.head_size();
+  const double dl = local_heads_ * hs, fl = local_mlp_, Vl = local_vocab_;
+  const double per_layer = 2 * BT * (d * 3 * dl + dl * d + d * fl + fl * d) + 4.0 * B * local_heads_ * double(T_) * T_ * hs;
+  return m_.layers * per_layer + 2 * BT * d * Vl;
+}
+
 GptModel::~GptModel() {
   be_.release_ints(tokens_);
   be_.release_ints(targets_);
@@ -72,7 +84,8 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
     throw std::invalid_argument("batch " + std::to_string(B) + " outside [1, " + std::to_string(max_batch_) + "]");
   if (!clock_) clock_ = &own_clock_;
   PhaseScope phase(*clock_, Phase::Forward);
-  const TpContext tp{be_, tp_, clock_};
+  const double compute0 = clock_->elapsed(Phase::Forward);
+  const TpContext tp{be_, *tp_, clock_, pacer_};
   B_ = B;
   const int T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
@@ -104,13 +117,15 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
   be_.to_host(host_losses_.data(), losses_, BT);
   double sum = 0.0;
   for (int i = 0; i < BT; ++i) sum += host_losses_[i];
+  if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
   return sum;
 }
 
 void GptModel::backward(float dloss) {
   if (B_ == 0) throw std::logic_error("backward() before forward()");
   PhaseScope phase(*clock_, Phase::Backward);
-  const TpContext tp{be_, tp_, clock_};
+  const double compute0 = clock_->elapsed(Phase::Backward);
+  const TpContext tp{be_, *tp_, clock_, pacer_};
   const int B = B_, T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
 
@@ -138,6 +153,7 @@ void GptModel::backward(float dloss) {
     be_.layernorm_backward(dres_, G(kLn1W), G(kLn1B), dln_, x, P(kLn1W), a.ln1_mean, a.ln1_rstd, BT, d);
   }
   vocab_parallel_embedding_backward(tp, grad(kWte), grad(kWpe), dres_, tokens_, vocab_rows_, B, T, d);
+  if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));
 }
 
 double GptModel::tp_bytes_per_step(const ModelConfig& m, int B, int T) {

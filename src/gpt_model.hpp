@@ -11,6 +11,7 @@
 #include "backend.hpp"
 #include "comm.hpp"
 #include "param_layout.hpp"
+#include "pacer.hpp"
 #include "phase_clock.hpp"
 
 namespace ntp {
@@ -43,6 +44,11 @@ class GptModel {
   void backward(float dloss);
 
   void set_clock(PhaseClock* clock) { clock_ = clock; }
+  void set_pacer(Pacer* pacer) { pacer_ = pacer; }
+  // The TP group (rebuilt at every membership change); its size must stay the layout's degree.
+  void set_tp_comm(Comm& tp);
+  // FLOPs of this rank's share of one forward pass over B sequences (backward: twice this).
+  double local_forward_flops(int B) const;
   // Bytes one rank all-reduces over its TP group in one step of B sequences.
   static double tp_bytes_per_step(const ModelConfig& m, int B, int T);
 
@@ -56,7 +62,7 @@ class GptModel {
   Backend& be_;
   ModelConfig m_;
   ParamLayout layout_;
-  Comm& tp_;
+  Comm* tp_;
   int max_batch_, T_;
   int local_heads_, local_mlp_, local_vocab_;
   Arena params_, grads_, act_arena_;
@@ -71,6 +77,7 @@ class GptModel {
   std::vector<float> host_losses_;
   PhaseClock* clock_ = nullptr;
   PhaseClock own_clock_;
+  Pacer* pacer_ = nullptr;
 
  public:
   ~GptModel();

@@ -66,6 +66,29 @@ ParseResult parse_options(int argc, char** argv, bool print) {
   app.add_option("--peak-gflops", o.peak_gflops, "Peak GFLOP/s of one rank for MFU (0: measure sgemm at start)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--quiet", o.quiet, "Print only the summary, not a line per step");
+  app.add_option("--schedule", o.schedule, "Failure schedule (YAML: events to kill/revive ranks, and/or a random generator)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--policy", o.policy,
+                 "Recovery policy: dp-drop (a damaged replica stops), ntp (it runs at reduced TP with a smaller "
+                 "batch), ntp-pw (reduced TP, full batch, boosted ranks), restart (all roll back to the last "
+                 "checkpoint)")
+      ->check(CLI::IsMember({"dp-drop", "ntp", "ntp-pw", "restart"}));
+  app.add_option("--timing", o.timing,
+                 "wall: real time; paced: each rank emulates a device of --device-gflops and links of --tp-gbps/"
+                 "--dp-gbps (for more ranks than cores)")
+      ->check(CLI::IsMember({"wall", "paced"}));
+  app.add_option("--device-gflops", o.pacing.device_gflops, "Paced: compute rate of one emulated device, GFLOP/s")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tp-gbps", o.pacing.tp_gbps, "Paced: bandwidth of a link inside a replica, GB/s")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dp-gbps", o.pacing.dp_gbps, "Paced: bandwidth of a link between replicas, GB/s")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--link-latency-us", o.pacing.latency_us, "Paced: latency of one message, microseconds")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--boost", o.pacing.boost,
+                 "ntp-pw: speed-up of a damaged replica's ranks (power boost), at most 1.3 (the paper's TDP headroom)")
+      ->check(CLI::Range(1.0, 1.3));
+  app.add_flag("--check", o.check, "Validate the configuration and the schedule against the job's ranks, then exit");
   app.set_config("--config", "", "Read any of these flags from a TOML file (CLI11 syntax: name = value)");
 
   try {
@@ -101,6 +124,7 @@ ParseResult parse_options(int argc, char** argv, bool print) {
     return {std::nullopt, 2};
   }
   o.opt.total_steps = o.steps;
+  o.pacing.enabled = o.timing == "paced";
   return {o, 0};
 }
 
@@ -129,6 +153,12 @@ nlohmann::json to_json(const Options& o) {
       {"init_weights_only", o.init_weights_only},
       {"threads", o.threads},
       {"peak_gflops", o.peak_gflops},
+      {"schedule", o.schedule},
+      {"policy", o.policy},
+      {"timing", o.timing},
+      {"pacing",
+       {{"device_gflops", o.pacing.device_gflops}, {"tp_gbps", o.pacing.tp_gbps}, {"dp_gbps", o.pacing.dp_gbps},
+        {"latency_us", o.pacing.latency_us}, {"boost", o.pacing.boost}}},
   };
 }
 
@@ -162,6 +192,18 @@ Options options_from_json(const nlohmann::json& j) {
   o.init_weights_only = j.at("init_weights_only");
   o.threads = j.at("threads");
   o.peak_gflops = j.at("peak_gflops");
+  o.schedule = j.value("schedule", "");
+  o.policy = j.value("policy", "ntp");
+  o.timing = j.value("timing", "wall");
+  if (j.contains("pacing")) {
+    const auto& q = j.at("pacing");
+    o.pacing.device_gflops = q.at("device_gflops");
+    o.pacing.tp_gbps = q.at("tp_gbps");
+    o.pacing.dp_gbps = q.at("dp_gbps");
+    o.pacing.latency_us = q.at("latency_us");
+    o.pacing.boost = q.at("boost");
+  }
+  o.pacing.enabled = o.timing == "paced";
   return o;
 }
 

@@ -10,6 +10,7 @@
 
 #include "model_config.hpp"
 #include "optimizer.hpp"
+#include "pacer.hpp"
 
 namespace ntp {
 
@@ -35,6 +36,11 @@ struct Options {
   int threads = 0;        // per rank; 0 = cores on the node / ranks on the node
   double peak_gflops = 0; // per rank, for MFU; 0 = measure sgemm at start-up
   bool quiet = false;
+  std::string schedule;          // failure schedule (YAML); "" = no failures
+  std::string policy = "ntp";    // dp-drop, ntp, ntp-pw, restart
+  std::string timing = "wall";   // wall or paced
+  PacingConfig pacing;
+  bool check = false;            // validate configuration and schedule, then exit
 };
 
 // Parses argv. Returns the options, or an exit code when the program should stop (after --help:

@@ -26,6 +26,13 @@ class PhaseClock {
     current_ = p;
     return old;
   }
+  // Seconds accumulated in `p` so far, including the running stretch.
+  double elapsed(Phase p) const {
+    double s = seconds_[static_cast<int>(p)];
+    if (p == current_) s += std::chrono::duration<double>(clock::now() - since_).count();
+    return s;
+  }
+  Phase current() const { return current_; }
   // Returns the accumulated seconds per phase and starts a new accumulation.
   std::array<double, kPhaseCount> take() {
     enter(current_);

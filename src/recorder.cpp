@@ -1,5 +1,6 @@
 #include "recorder.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -42,7 +43,17 @@ void append_row(hid_t ds, hid_t mem_type, std::int64_t row, const std::vector<hs
 }
 }  // namespace
 
-Recorder::Recorder(const std::string& path, bool overwrite, int ranks) : path_(path), ranks_(ranks) {
+EventRow make_event(double time, std::int64_t step, const std::string& kind, int rank, int replica, double bytes,
+                    double duration, const std::string& detail) {
+  EventRow e{};
+  e.time = time, e.step = step, e.rank = rank, e.replica = replica, e.bytes = bytes, e.duration = duration;
+  kind.copy(e.kind, sizeof e.kind - 1);
+  detail.copy(e.detail, sizeof e.detail - 1);
+  return e;
+}
+
+Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int replicas)
+    : path_(path), ranks_(ranks), replicas_(replicas) {
   namespace fs = std::filesystem;
   if (fs::exists(path) && !overwrite)
     throw std::runtime_error("results file '" + path + "' exists; choose another --out or pass --overwrite");
@@ -53,6 +64,7 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks) : path_(p
   row_type_ = h5::Handle(H5Tcreate(H5T_COMPOUND, sizeof(StepRow)), H5Tclose, "compound type");
 #define FIELD(name, type) H5Tinsert(row_type_, #name, HOFFSET(StepRow, name), type)
   FIELD(step, H5T_NATIVE_INT64);
+  FIELD(optimizer_step, H5T_NATIVE_INT64);
   FIELD(t_start, H5T_NATIVE_DOUBLE);
   FIELD(t_end, H5T_NATIVE_DOUBLE);
   FIELD(sample_begin, H5T_NATIVE_INT64);
@@ -64,8 +76,33 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks) : path_(p
   FIELD(lr, H5T_NATIVE_DOUBLE);
   FIELD(flops, H5T_NATIVE_DOUBLE);
   FIELD(mfu, H5T_NATIVE_DOUBLE);
+  FIELD(live_ranks, H5T_NATIVE_INT32);
+  FIELD(active_replicas, H5T_NATIVE_INT32);
+  FIELD(recovery_seconds, H5T_NATIVE_DOUBLE);
+  FIELD(idle_seconds, H5T_NATIVE_DOUBLE);
+  FIELD(paced_overrun, H5T_NATIVE_INT8);
 #undef FIELD
+  kind_type_ = h5::Handle(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
+  H5Tset_size(kind_type_, sizeof(EventRow::kind));
+  detail_type_ = h5::Handle(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
+  H5Tset_size(detail_type_, sizeof(EventRow::detail));
+  event_type_ = h5::Handle(H5Tcreate(H5T_COMPOUND, sizeof(EventRow)), H5Tclose, "compound type");
+  H5Tinsert(event_type_, "time", HOFFSET(EventRow, time), H5T_NATIVE_DOUBLE);
+  H5Tinsert(event_type_, "step", HOFFSET(EventRow, step), H5T_NATIVE_INT64);
+  H5Tinsert(event_type_, "kind", HOFFSET(EventRow, kind), kind_type_);
+  H5Tinsert(event_type_, "rank", HOFFSET(EventRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(event_type_, "replica", HOFFSET(EventRow, replica), H5T_NATIVE_INT32);
+  H5Tinsert(event_type_, "bytes", HOFFSET(EventRow, bytes), H5T_NATIVE_DOUBLE);
+  H5Tinsert(event_type_, "duration", HOFFSET(EventRow, duration), H5T_NATIVE_DOUBLE);
+  H5Tinsert(event_type_, "detail", HOFFSET(EventRow, detail), detail_type_);
+
   steps_ = make_extendible(f, "steps", row_type_, {});
+  events_ = make_extendible(f, "events", event_type_, {});
+  h5::ensure_groups(f, "replicas");
+  tp_degrees_ = make_extendible(f, "replicas/tp_degree", H5T_STD_I32LE, {hsize_t(replicas)});
+  batches_ = make_extendible(f, "replicas/batch", H5T_STD_I32LE, {hsize_t(replicas)});
+  states_ = make_extendible(f, "replicas/state", H5T_STD_I8LE, {hsize_t(replicas)});
+  h5::set_attr(f, "replicas/state", "values", std::string("0 healthy, 1 degraded, 2 down"));
   h5::ensure_groups(f, "ranks");
   phases_ = make_extendible(f, "ranks/phase_times", H5T_IEEE_F64LE, {hsize_t(ranks), hsize_t(kPhaseCount)});
   std::string names;
@@ -73,31 +110,112 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks) : path_(p
   h5::set_attr(f, "ranks/phase_times", "phases", names);
   h5::set_attr(f, "ranks/phase_times", "units", std::string("seconds"));
   h5::set_attr(f, "/", "schema_version", std::string(kSchemaVersion));
+  flush();
 }
 
 void Recorder::set_attr(const std::string& name, const std::string& value) { h5::set_attr(file_->id(), "/", name, value); }
 void Recorder::set_attr(const std::string& name, long long value) { h5::set_attr(file_->id(), "/", name, value); }
 void Recorder::set_attr(const std::string& name, double value) { h5::set_attr(file_->id(), "/", name, value); }
 
-void Recorder::append(const StepRow& row, const std::vector<int>& replica_tp,
+void Recorder::append(const StepRow& row, const ReplicaRow& rep,
                       const std::vector<std::array<double, kPhaseCount>>& phase_seconds) {
-  if (replicas_ < 0) {
-    replicas_ = static_cast<int>(replica_tp.size());
-    h5::ensure_groups(file_->id(), "replicas");
-    tp_degrees_ = make_extendible(file_->id(), "replicas/tp_degree", H5T_STD_I32LE, {hsize_t(replicas_)});
-  }
-  if (static_cast<int>(phase_seconds.size()) != ranks_ || static_cast<int>(replica_tp.size()) != replicas_)
+  if (static_cast<int>(phase_seconds.size()) != ranks_ || static_cast<int>(rep.tp_degree.size()) != replicas_)
     throw std::logic_error("recorder: row shape changed");
-  append_row(steps_, row_type_, rows_, {}, &row);
-  append_row(tp_degrees_, H5T_NATIVE_INT, rows_, {hsize_t(replicas_)}, replica_tp.data());
-  append_row(phases_, H5T_NATIVE_DOUBLE, rows_, {hsize_t(ranks_), hsize_t(kPhaseCount)}, phase_seconds.data());
-  ++rows_;
+  const auto n = static_cast<std::int64_t>(rows_.size());
+  append_row(steps_, row_type_, n, {}, &row);
+  append_row(tp_degrees_, H5T_NATIVE_INT, n, {hsize_t(replicas_)}, rep.tp_degree.data());
+  append_row(batches_, H5T_NATIVE_INT, n, {hsize_t(replicas_)}, rep.batch.data());
+  append_row(states_, H5T_NATIVE_SCHAR, n, {hsize_t(replicas_)}, rep.state.data());
+  append_row(phases_, H5T_NATIVE_DOUBLE, n, {hsize_t(ranks_), hsize_t(kPhaseCount)}, phase_seconds.data());
+  rows_.push_back(row);
+  replica_rows_.push_back(rep);
   flush();
 }
 
-void Recorder::set_summary(const std::string& name, double value) {
-  h5::ensure_groups(file_->id(), "summary");
-  h5::set_attr(file_->id(), "summary", name, value);
+void Recorder::event(const EventRow& e) {
+  append_row(events_, event_type_, static_cast<std::int64_t>(event_rows_.size()), {}, &e);
+  event_rows_.push_back(e);
+  flush();
+}
+
+std::pair<int, double> Recorder::roll_back_after(std::int64_t optimizer_step) {
+  int n = 0;
+  double seconds = 0;
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    auto& r = rows_[i];
+    if (r.tokens_committed == 0 || r.optimizer_step <= optimizer_step) continue;
+    r.tokens_committed = 0;
+    ++n;
+    seconds += r.t_end - r.t_start;
+    // Rewrite the row in place: the file keeps one row per executed step.
+    std::vector<hsize_t> start = {i}, count = {1};
+    h5::Handle fspace(H5Dget_space(steps_), H5Sclose, "file space");
+    H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    h5::Handle mspace(H5Screate_simple(1, count.data(), nullptr), H5Sclose, "mem space");
+    if (H5Dwrite(steps_, row_type_, mspace, fspace, H5P_DEFAULT, &r) < 0) throw std::runtime_error("HDF5: row rewrite");
+  }
+  flush();
+  return {n, seconds};
+}
+
+void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops) {
+  double tokens = 0, committed = 0, step_s = 0, productive = 0, recovery = 0, idle = 0, flops = 0;
+  int overruns = 0;
+  std::vector<double> healthy;
+  for (std::size_t i = 0; i < rows_.size(); ++i) {
+    const auto& r = rows_[i];
+    const double dt = r.t_end - r.t_start;
+    tokens += r.tokens, committed += r.tokens_committed, step_s += dt, recovery += r.recovery_seconds;
+    idle += r.idle_seconds, flops += r.flops, overruns += r.paced_overrun;
+    if (r.tokens_committed > 0) productive += dt;
+    const auto& st = replica_rows_[i].state;
+    if (r.samples > 0 && dt > 0 && std::all_of(st.begin(), st.end(), [](signed char s) { return s == 0; }))
+      healthy.push_back(r.tokens / dt);
+  }
+  double detect = 0, reconf = 0, heal = 0, recompute = 0, heal_bytes = 0;
+  int failures = 0, revivals = 0;
+  for (const auto& e : event_rows_) {
+    const std::string k = e.kind;
+    if (k == "kill") ++failures;
+    if (k == "revive") ++revivals;
+    if (k == "detect") detect += e.duration;
+    if (k == "reconfigure") reconf += e.duration;
+    if (k == "heal" || k == "restore") heal += e.duration, heal_bytes += e.bytes;
+    if (k == "recompute") recompute += e.duration;
+  }
+  double median = 0;
+  if (!healthy.empty()) {
+    std::sort(healthy.begin(), healthy.end());
+    const std::size_t m = healthy.size() / 2;
+    median = healthy.size() % 2 ? healthy[m] : 0.5 * (healthy[m - 1] + healthy[m]);
+  }
+  const hid_t f = file_->id();
+  h5::ensure_groups(f, "summary");
+  auto put = [&](const char* k, double v) { h5::set_attr(f, "summary", k, v); };
+  put("steps", double(rows_.size()));
+  put("tokens", tokens);
+  put("tokens_committed", committed);
+  put("wall_seconds", wall_seconds);
+  put("step_seconds", step_s);
+  put("productive_seconds", productive);
+  put("recovery_seconds", recovery);
+  put("idle_seconds", idle);
+  put("throughput_tokens_per_s", step_s > 0 ? tokens / step_s : 0.0);
+  put("goodput_tokens_per_s", wall_seconds > 0 ? committed / wall_seconds : 0.0);
+  put("ettr", wall_seconds > 0 ? productive / wall_seconds : 0.0);
+  put("healthy_throughput_tokens_per_s", median);
+  put("goodput_ratio", median > 0 && wall_seconds > 0 ? committed / wall_seconds / median : 0.0);
+  put("mfu", step_s > 0 && peak_gflops > 0 ? flops / (step_s * ranks * peak_gflops * 1e9) : 0.0);
+  put("failures", double(failures));
+  put("revivals", double(revivals));
+  put("recovery_detect_seconds", detect);
+  put("recovery_reconfigure_seconds", reconf);
+  put("recovery_heal_seconds", heal);
+  put("recovery_recompute_seconds", recompute);
+  put("heal_bytes", heal_bytes);
+  put("paced_overrun_steps", double(overruns));
+  put("final_loss", rows_.empty() ? 0.0 : rows_.back().loss);
+  flush();
 }
 
 void Recorder::flush() { file_->flush(); }

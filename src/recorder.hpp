@@ -15,10 +15,12 @@
 
 namespace ntp {
 
-inline constexpr const char* kSchemaVersion = "0.1";
+inline constexpr const char* kSchemaVersion = "1";
 
+// One row of /steps (results/README.md documents every field).
 struct StepRow {
-  std::int64_t step;
+  std::int64_t step;              // schedule step (slot), from 1
+  std::int64_t optimizer_step;    // AdamW steps taken after this row (goes back after a restore)
   double t_start, t_end;          // seconds since the run started
   std::int64_t sample_begin;      // global cursor at the start of the step
   std::int64_t samples;           // sequences processed this step (all replicas)
@@ -29,30 +31,59 @@ struct StepRow {
   double lr;
   double flops;                   // analytic model FLOPs of the step
   double mfu;                     // flops / (step time * ranks * peak per rank)
+  std::int32_t live_ranks;
+  std::int32_t active_replicas;
+  double recovery_seconds;        // detect + reconfigure + heal before this step
+  double idle_seconds;            // waiting with every replica down, before this step
+  std::int8_t paced_overrun;      // a paced compute phase ran over its emulated time
+};
+
+struct EventRow {
+  double time;
+  std::int64_t step;
+  char kind[16];
+  std::int32_t rank, replica;
+  double bytes, duration;
+  char detail[96];
+};
+EventRow make_event(double time, std::int64_t step, const std::string& kind, int rank, int replica, double bytes,
+                    double duration, const std::string& detail);
+
+struct ReplicaRow {
+  std::vector<int> tp_degree, batch;
+  std::vector<signed char> state;
 };
 
 class Recorder {
  public:
   // Refuses to replace an existing file unless overwrite.
-  Recorder(const std::string& path, bool overwrite, int ranks);
+  Recorder(const std::string& path, bool overwrite, int ranks, int replicas);
   const std::string& path() const { return path_; }
 
   void set_attr(const std::string& name, const std::string& value);
   void set_attr(const std::string& name, long long value);
   void set_attr(const std::string& name, double value);
-  // Appends a step: its row, the TP degree of every replica, and every rank's phase times.
-  void append(const StepRow& row, const std::vector<int>& replica_tp,
+  // Appends a step: its row, each replica's degree/batch/state, and every rank's phase times; flushes.
+  void append(const StepRow& row, const ReplicaRow& replicas,
               const std::vector<std::array<double, kPhaseCount>>& phase_seconds);
-  void set_summary(const std::string& name, double value);
+  void event(const EventRow& e);
+  // A restore to optimizer step s: committed rows past s lose their commit. Returns the rows and
+  // their step time (the work to be recomputed).
+  std::pair<int, double> roll_back_after(std::int64_t optimizer_step);
+  // Writes /summary from the rows and events (wall_seconds: the whole run).
+  void write_summary(double wall_seconds, int ranks, double peak_gflops);
+  const std::vector<StepRow>& rows() const { return rows_; }
   void flush();
 
  private:
   std::string path_;
   std::unique_ptr<h5::File> file_;
-  h5::Handle steps_, tp_degrees_, phases_, row_type_;
-  int ranks_;
-  std::int64_t rows_ = 0;
-  int replicas_ = -1;
+  h5::Handle steps_, tp_degrees_, batches_, states_, phases_, events_, row_type_, event_type_, kind_type_,
+      detail_type_;
+  int ranks_, replicas_;
+  std::vector<StepRow> rows_;
+  std::vector<ReplicaRow> replica_rows_;
+  std::vector<EventRow> event_rows_;
 };
 
 // One integer column of a results file's /steps table (e.g. "samples").

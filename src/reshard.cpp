@@ -7,7 +7,7 @@
 namespace ntp {
 
 ReshardPlan::ReshardPlan(const std::vector<int>& src_owner, const std::vector<int>& dst_owner, int my_rank,
-                         int comm_size)
+                         int comm_size, const std::vector<int>* src_rows)
     : send_units_(comm_size), recv_units_(comm_size) {
   if (src_owner.size() != dst_owner.size()) throw std::invalid_argument("reshard: placements differ in unit count");
   const int units = static_cast<int>(src_owner.size());
@@ -16,7 +16,11 @@ ReshardPlan::ReshardPlan(const std::vector<int>& src_owner, const std::vector<in
   for (int u = 0; u < units; ++u) {
     const int s = src_owner[u], d = dst_owner[u];
     if (s >= comm_size || d >= comm_size) throw std::invalid_argument("reshard: owner outside the communicator");
-    if (s == my_rank) src_index_[u] = src_count_++;
+    if (s == my_rank) {
+      src_index_[u] = src_rows ? (*src_rows)[u] : src_count_;
+      if (src_index_[u] < 0) throw std::invalid_argument("reshard: source rank does not hold unit " + std::to_string(u));
+      ++src_count_;
+    }
     if (d == my_rank) dst_index_[u] = dst_count_++;
     if (d == kNowhere) continue;
     if (s == kNowhere) throw std::runtime_error("reshard: unit " + std::to_string(u) + " is held by no live rank");

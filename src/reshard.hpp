@@ -17,14 +17,18 @@ inline constexpr int kNowhere = -1;  // a unit no rank holds (src) or no rank ne
 
 class ReshardPlan {
  public:
-  // Throws when a unit needed at dst has no source.
-  ReshardPlan(const std::vector<int>& src_owner, const std::vector<int>& dst_owner, int my_rank, int comm_size);
+  // Throws when a unit needed at dst has no source. src_rows, when given, is this rank's own
+  // storage index of every unit it holds (-1 elsewhere): a source may hold more units than the
+  // plan takes from it (one replica among several serving as the source). By default a rank's
+  // storage is exactly the units src_owner assigns it.
+  ReshardPlan(const std::vector<int>& src_owner, const std::vector<int>& dst_owner, int my_rank, int comm_size,
+              const std::vector<int>* src_rows = nullptr);
 
   // Units this rank sends to / receives from each peer (ascending), and keeps in place.
   const std::vector<std::vector<int>>& sends() const { return send_units_; }
   const std::vector<std::vector<int>>& recvs() const { return recv_units_; }
   const std::vector<int>& kept() const { return kept_units_; }
-  int src_count() const { return src_count_; }  // units this rank holds before
+  int src_count() const { return src_count_; }  // units this rank sends or keeps
   int dst_count() const { return dst_count_; }  // units this rank holds after
   long units_moved_out() const;                 // units sent to other ranks
 

@@ -26,6 +26,12 @@ int run_replay(const Options& cli, Comm& world) {
     steps = read_steps_column(f.id(), "step");
     begins = read_steps_column(f.id(), "sample_begin");
     samples = read_steps_column(f.id(), "samples");
+    // Only committed steps shaped the final state: skip idle slots and steps a restore undid.
+    const auto committed = read_steps_column(f.id(), "tokens_committed");
+    std::vector<std::int64_t> s2, b2, n2;
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      if (committed[i] > 0) s2.push_back(steps[i]), b2.push_back(begins[i]), n2.push_back(samples[i]);
+    steps.swap(s2), begins.swap(b2), samples.swap(n2);
     if (!h5::has_attr(f.id(), "/", "final_checkpoint"))
       throw UsageError(cli.replay + " has no final checkpoint (was it run with --no-final-checkpoint, or cut short?)");
     ckpt = h5::get_attr_string(f.id(), "/", "final_checkpoint");
@@ -33,6 +39,9 @@ int run_replay(const Options& cli, Comm& world) {
   if (steps.empty()) throw UsageError(cli.replay + " records no steps");
   o.tp = 1;
   o.threads = cli.threads;
+  o.timing = "wall";
+  o.pacing.enabled = false;
+  o.schedule.clear();
   configure_threads(o.threads);
   const int max_batch = static_cast<int>(*std::max_element(samples.begin(), samples.end()));
   Trainer trainer(o, world, max_batch);

@@ -2,18 +2,30 @@
 
 namespace ntp {
 
+namespace {
+// Runs an all-reduce charged to TpComm, paced as a ring all-reduce: 2(n-1)/n of the bytes and
+// 2(n-1) messages per rank.
+template <typename F>
+void timed_allreduce(const TpContext& tp, std::size_t n, F&& op) {
+  if (tp.comm.size() == 1) return;
+  if (!tp.clock) return op();
+  PhaseScope s(*tp.clock, Phase::TpComm);
+  const auto t0 = PhaseClock::clock::now();
+  op();
+  if (tp.pacer && tp.pacer->enabled()) {
+    const double real = std::chrono::duration<double>(PhaseClock::clock::now() - t0).count();
+    const int P = tp.comm.size();
+    tp.pacer->pace_transfer(real, 2.0 * (P - 1) / P * n * sizeof(float), 2 * (P - 1), Link::Tp);
+  }
+}
+}  // namespace
+
 void TpContext::allreduce_sum(float* buf, std::size_t n) const {
-  if (comm.size() == 1) return;
-  if (!clock) return comm.allreduce_sum(buf, n);
-  PhaseScope s(*clock, Phase::TpComm);
-  comm.allreduce_sum(buf, n);
+  timed_allreduce(*this, n, [&] { comm.allreduce_sum(buf, n); });
 }
 
 void TpContext::allreduce_max(float* buf, std::size_t n) const {
-  if (comm.size() == 1) return;
-  if (!clock) return comm.allreduce_max(buf, n);
-  PhaseScope s(*clock, Phase::TpComm);
-  comm.allreduce_max(buf, n);
+  timed_allreduce(*this, n, [&] { comm.allreduce_max(buf, n); });
 }
 
 void column_parallel_forward(const TpContext& tp, float* out, const float* inp, const float* w, const float* b, int BT,

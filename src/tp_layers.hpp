@@ -8,6 +8,7 @@
 
 #include "backend.hpp"
 #include "comm.hpp"
+#include "pacer.hpp"
 #include "phase_clock.hpp"
 
 namespace ntp {
@@ -17,6 +18,7 @@ struct TpContext {
   Backend& be;
   Comm& comm;
   PhaseClock* clock = nullptr;
+  Pacer* pacer = nullptr;  // paced timing: each all-reduce takes at least its emulated time
   void allreduce_sum(float* buf, std::size_t n) const;
   void allreduce_max(float* buf, std::size_t n) const;
 };

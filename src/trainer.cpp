@@ -12,78 +12,373 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include "h5.hpp"
+#include "ntp_layout.hpp"
+#include "reshard.hpp"
+
 namespace ntp {
 
-Topology::Topology(int world_size_, int world_rank_, int tp_)
-    : world_size(world_size_), world_rank(world_rank_), tp(tp_) {
-  if (tp < 1 || world_size % tp != 0)
-    throw std::invalid_argument(fmt::format("--tp {} does not divide the {} ranks of this job", tp, world_size));
-  replicas = world_size / tp;
-  replica = world_rank / tp;
-  slot = world_rank % tp;
-}
-
-std::vector<int> Topology::replica_ranks(int r) const {
-  std::vector<int> ranks(tp);
-  std::iota(ranks.begin(), ranks.end(), r * tp);
-  return ranks;
-}
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
+}  // namespace
 
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
-    : o_(o), world_(world), topo_(world.size(), world.rank(), o.tp) {
-  tp_comm_ = world_.split(topo_.replica, topo_.slot);
-  dp_comm_ = world_.split(topo_.slot, topo_.replica);
+    : o_(o), world_(world), topo_(world.size(), world.rank(), o.tp), policy_(parse_policy(o.policy)),
+      max_batch_(max_batch), pacer_(o.pacing) {
   backend_ = make_cpu_backend();
-  const TpLayout layout = TpLayout::even(o.model, o.tp);
-  model_ = std::make_unique<GptModel>(*backend_, o.model, layout, topo_.slot, *tp_comm_, max_batch, o.seq);
-  model_->set_clock(&clock_);
-  opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o.opt);
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
+  cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost,
+                            std::vector<char>(world.size(), 1));
+  valid_.assign(topo_.replicas, 1);
+  build_comms();
+  const int q = cfg_.replica_of(world.rank());
+  model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(world.rank()));
   model_->init_params(o.seed);
+  opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o.opt);
+  sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(world.rank()), *tp_, slot_.get(), model_->layout(),
+                                     *backend_, clock_, pacer_);
   tokens_.resize(std::size_t(max_batch) * o.seq);
   targets_.resize(tokens_.size());
 }
+
+Trainer::~Trainer() = default;
+
+void Trainer::build_comms() {
+  const int me = world_.rank();
+  const bool alive = cfg_.alive[me] != 0;
+  live_ = world_.split(alive ? 0 : -1, me);
+  const int q = cfg_.replica_of(me), idx = cfg_.tp_index_of(me);
+  tp_ = world_.split(q, idx);
+  train_ = world_.split(q >= 0 ? 0 : -1, me);
+  // Sync slot i: TP index i of every active replica, for i < n2 (the extras sit out).
+  slot_ = world_.split(q >= 0 && idx < cfg_.n2 ? idx : -1, q);
+}
+
+std::unique_ptr<GptModel> Trainer::make_model(const ReplicaPlan& rp, int tp_index) {
+  auto m = std::make_unique<GptModel>(*backend_, o_.model, rp.layout, tp_index, *tp_, max_batch_, o_.seq);
+  m->set_clock(&clock_);
+  m->set_pacer(&pacer_);
+  return m;
+}
+
+Recovery Trainer::reconfigure(const std::vector<char>& alive) {
+  Recovery rec;
+  const int me = world_.rank();
+  PhaseScope phase(clock_, Phase::Recovery);
+  // Detect: one agreement round in which every rank states whether it is alive (after a barrier,
+  // so that it does not also time the skew left by the previous step).
+  world_.barrier();
+  auto t0 = Clock::now();
+  const std::vector<int> stated = world_.allgather(alive[me] ? 1 : 0);
+  for (int r = 0; r < world_.size(); ++r)
+    if ((stated[r] != 0) != (alive[r] != 0)) throw std::logic_error("ranks disagree about the membership");
+  rec.detect = since(t0);
+
+  t0 = Clock::now();
+  const Configuration old_cfg = cfg_;
+  const std::vector<char> old_valid = valid_;
+  cfg_ = plan_configuration(policy_, topo_, o_.model, o_.micro_batch, o_.pacing.boost, alive);
+  rec.before = old_cfg.degrees();
+  rec.after = cfg_.degrees();
+  rec.changed = true;
+  std::unique_ptr<Comm> old_tp = std::move(tp_);  // kept alive while old models may still reference it
+  build_comms();
+  rec.reconfigure = since(t0);
+
+  t0 = Clock::now();
+  if (cfg_.active_replicas() == 0) {
+    // Nobody trains: every state goes stale and is dropped.
+    sync_.reset(), opt_.reset(), model_.reset();
+    valid_.assign(topo_.replicas, 0);
+  } else {
+    // Is every unit of every dimension held by a live rank of a replica whose state is current?
+    bool complete = false;
+    std::vector<char> held_heads(o_.model.heads, 0), held_mlp(o_.model.mlp(), 0), held_vocab(o_.model.vocab, 0);
+    std::vector<char>* held[3] = {&held_heads, &held_mlp, &held_vocab};
+    bool any_valid = false;
+    for (int q = 0; q < topo_.replicas; ++q) {
+      const auto& rp = old_cfg.replicas[q];
+      if (!old_valid[q] || !rp.active()) continue;
+      for (int k = 0; k < 3; ++k) {
+        const auto& map = rp.layout.map(kDims[k]);
+        for (int u = 0; u < map.units(); ++u)
+          if (alive[rp.ranks[map.owner(u)]]) (*held[k])[u] = 1, any_valid = true;
+      }
+    }
+    complete = any_valid;
+    for (int k = 0; k < 3 && complete; ++k)
+      complete = std::all_of(held[k]->begin(), held[k]->end(), [](char c) { return c != 0; });
+    if (complete)
+      heal(old_cfg, old_valid, rec);
+    else
+      restore(rec);
+    valid_.assign(topo_.replicas, 0);
+    for (int q = 0; q < topo_.replicas; ++q) valid_[q] = cfg_.replicas[q].active();
+  }
+  const int q = cfg_.replica_of(me);
+  if (q >= 0)
+    sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *tp_, slot_.get(), model_->layout(), *backend_,
+                                       clock_, pacer_);
+  else
+    sync_.reset();
+  rec.heal = since(t0);
+  old_tp.reset();
+  world_.barrier();  // everyone starts the next step together
+  return rec;
+}
+
+// Moves every shard a changed replica needs from a live, current holder: its own old owner when
+// that rank lives, otherwise the owner in the first current replica. One reshard per dimension
+// and replica over the live ranks, params and both AdamW moments together.
+void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_valid, Recovery& rec) {
+  const int me = world_.rank();
+  const auto& alive = cfg_.alive;
+  if (!live_) {  // this rank is dead: it frees everything and takes no part
+    sync_.reset(), opt_.reset(), model_.reset();
+    return;
+  }
+  const auto specs = gpt2_tensors(o_.model);
+  // World rank -> rank in live_ (split ordered by world rank).
+  std::vector<int> live_rank(world_.size(), kNowhere);
+  for (int r = 0, k = 0; r < world_.size(); ++r)
+    if (alive[r]) live_rank[r] = k++;
+
+  const int my_old_q = old_cfg.replica_of(me);
+  const bool i_hold = my_old_q >= 0 && old_valid[my_old_q] && alive[me] && model_;
+  const int new_q = cfg_.replica_of(me);
+
+  std::vector<char> changed(topo_.replicas, 0);
+  for (int q = 0; q < topo_.replicas; ++q) {
+    const auto& n = cfg_.replicas[q];
+    const auto& o = old_cfg.replicas[q];
+    changed[q] = n.active() && (!old_valid[q] || !o.active() || n.ranks != o.ranks ||
+                                !(n.layout.heads == o.layout.heads && n.layout.mlp == o.layout.mlp &&
+                                  n.layout.vocab == o.layout.vocab));
+  }
+  std::unique_ptr<GptModel> fresh;
+  std::unique_ptr<AdamW> fresh_opt;
+  if (new_q >= 0 && changed[new_q]) {
+    fresh = make_model(cfg_.replicas[new_q], cfg_.tp_index_of(me));
+    fresh_opt = std::make_unique<AdamW>(*backend_, fresh->layout(), o_.opt);
+    fresh_opt->set_steps_taken(steps_);
+  }
+
+  for (int q = 0; q < topo_.replicas; ++q) {
+    if (!changed[q]) continue;
+    const auto& target = cfg_.replicas[q];
+    // The source of a unit: the replica's own old owner if current and alive, else the first
+    // current replica whose owner lives.
+    auto source = [&](ShardDim d, int u) {
+      if (old_valid[q] && old_cfg.replicas[q].active()) {
+        const auto& o = old_cfg.replicas[q];
+        const int w = o.ranks[o.layout.map(d).owner(u)];
+        if (alive[w]) return w;
+      }
+      for (int p = 0; p < topo_.replicas; ++p) {
+        const auto& o = old_cfg.replicas[p];
+        if (!old_valid[p] || !o.active()) continue;
+        const int w = o.ranks[o.layout.map(d).owner(u)];
+        if (alive[w]) return w;
+      }
+      return kNowhere;
+    };
+    for (int k = 0; k < 3; ++k) {
+      const ShardDim d = kDims[k];
+      const int units = target.layout.map(d).units();
+      std::vector<int> src(units), dst(units);
+      for (int u = 0; u < units; ++u) {
+        src[u] = live_rank[source(d, u)];
+        dst[u] = live_rank[target.ranks[target.layout.map(d).owner(u)]];
+      }
+      std::vector<int> rows;
+      if (i_hold) rows = old_cfg.replicas[my_old_q].layout.map(d).local_rows(old_cfg.tp_index_of(me));
+      const ReshardPlan plan(src, dst, live_->rank(), live_->size(), i_hold ? &rows : nullptr);
+      std::vector<ReshardTensor> tensors;
+      for (int t = 0; t < static_cast<int>(specs.size()); ++t) {
+        if (specs[t].dim != d) continue;
+        const long ue = specs[t].unit_elems;
+        const float* s[3] = {nullptr, nullptr, nullptr};
+        float* o[3] = {nullptr, nullptr, nullptr};
+        if (i_hold) {
+          const std::size_t off = model_->layout().slot(t).offset;
+          s[0] = model_->params() + off, s[1] = opt_->m() + off, s[2] = opt_->v() + off;
+        }
+        if (new_q == q) {
+          const std::size_t off = fresh->layout().slot(t).offset;
+          o[0] = fresh->params() + off, o[1] = fresh_opt->m() + off, o[2] = fresh_opt->v() + off;
+        }
+        for (int j = 0; j < 3; ++j) tensors.push_back({s[j], o[j], ue});
+      }
+      rec.heal_bytes += reshard(*live_, plan, tensors);
+    }
+    // Replicated tensors: one copy per rank of the target, each from the rank itself when it
+    // holds a current copy, else from the first live rank of a current replica.
+    {
+      const int n = target.degree();
+      int donor = kNowhere;
+      for (int p = 0; p < topo_.replicas && donor == kNowhere; ++p)
+        if (old_valid[p] && old_cfg.replicas[p].active())
+          for (int w : old_cfg.replicas[p].ranks)
+            if (alive[w]) {
+              donor = w;
+              break;
+            }
+      std::vector<int> src(n), dst(n), rows(n, -1);
+      for (int j = 0; j < n; ++j) {
+        const int w = target.ranks[j];
+        const int oq = old_cfg.replica_of(w);
+        const bool own = oq >= 0 && old_valid[oq];
+        src[j] = live_rank[own ? w : donor];
+        dst[j] = live_rank[w];
+        if (src[j] == live_->rank()) rows[j] = 0;  // every copy it serves comes from its one buffer
+      }
+      const ReshardPlan plan(src, dst, live_->rank(), live_->size(), i_hold ? &rows : nullptr);
+      std::vector<ReshardTensor> tensors;
+      for (int t = 0; t < static_cast<int>(specs.size()); ++t) {
+        if (specs[t].dim != ShardDim::Replicated) continue;
+        const long ue = specs[t].unit_elems;
+        for (int j = 0; j < 3; ++j) {
+          const float* s = nullptr;
+          float* o = nullptr;
+          if (i_hold) {
+            const std::size_t off = model_->layout().slot(t).offset;
+            s = (j == 0 ? model_->params() : j == 1 ? opt_->m() : opt_->v()) + off;
+          }
+          if (new_q == q) {
+            const std::size_t off = fresh->layout().slot(t).offset;
+            o = (j == 0 ? fresh->params() : j == 1 ? fresh_opt->m() : fresh_opt->v()) + off;
+          }
+          tensors.push_back({s, o, ue});
+        }
+      }
+      rec.heal_bytes += reshard(*live_, plan, tensors);
+    }
+  }
+  if (fresh) {
+    sync_.reset();
+    model_ = std::move(fresh);
+    opt_ = std::move(fresh_opt);
+  } else if (new_q >= 0) {
+    model_->set_tp_comm(*tp_);  // unchanged replica: same shards, new communicator
+  } else {
+    sync_.reset(), opt_.reset(), model_.reset();  // dead, or in a replica that stopped
+  }
+}
+
+// No live replica holds every shard: every active replica reloads the last checkpoint (or the
+// initial state) and the steps since are lost.
+void Trainer::restore(Recovery& rec) {
+  const int me = world_.rank();
+  sync_.reset(), opt_.reset(), model_.reset();
+  rec.restored = true;
+  rec.restored_from = restore_path_.empty() ? "initial state" : restore_path_;
+  const int q = cfg_.replica_of(me);
+  long long cursor = initial_cursor_;
+  int steps = initial_steps_;
+  if (!restore_path_.empty()) {
+    // Every rank agrees on the restore point from the file's attributes.
+    h5::File f(restore_path_, h5::Mode::ReadOnly);
+    steps = static_cast<int>(h5::get_attr_int(f.id(), "/", "step"));
+    cursor = h5::get_attr_int(f.id(), "/", "samples_consumed");
+  }
+  if (q >= 0) {
+    model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me));
+    opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o_.opt);
+    if (!restore_path_.empty()) {
+      ntp::load_checkpoint(restore_path_, *model_, opt_.get());
+      rec.heal_bytes = double(model_->param_count()) * 3 * sizeof(float);
+    } else {
+      model_->init_params(o_.seed);
+      if (!o_.init_from.empty()) ntp::load_checkpoint(o_.init_from, *model_, o_.init_weights_only ? nullptr : opt_.get());
+      opt_->set_steps_taken(initial_steps_);
+    }
+  }
+  cursor_ = cursor;
+  steps_ = steps;
+  rec.restored_step = steps;
+}
+
+StepResult Trainer::step() { return step(cfg_.batches()); }
 
 StepResult Trainer::step(const std::vector<int>& batch) {
   if (static_cast<int>(batch.size()) != topo_.replicas) throw std::logic_error("one batch size per replica");
   StepResult r;
   clock_.take();  // start this step's phase accounting
-  const int T = o_.seq, B = batch[topo_.replica];
+  const int T = o_.seq, me = world_.rank();
   r.sample_begin = cursor_;
   r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);
-  const long long first = cursor_ + std::accumulate(batch.begin(), batch.begin() + topo_.replica, 0LL);
-  for (int b = 0; b < B; ++b) data_->sample(first + b, T, &tokens_[std::size_t(b) * T], &targets_[std::size_t(b) * T]);
-
-  model_->zero_grads();
-  double loss_sum = model_->forward(tokens_.data(), targets_.data(), B);
-  const double global_tokens = double(r.samples) * T;
-  model_->backward(static_cast<float>(1.0 / global_tokens));
-  {
-    PhaseScope s(clock_, Phase::DpComm);
-    dp_comm_->allreduce_sum(model_->grads(), model_->param_count());
-    dp_comm_->allreduce_sum(&loss_sum, 1);
+  r.lr = o_.opt.lr_at(steps_ + 1);
+  if (r.samples == 0) {
+    r.phase_seconds = clock_.take();
+    return r;
   }
-  {
-    PhaseScope s(clock_, Phase::Optimizer);
-    r.grad_norm = opt_->grad_norm(model_->grads(), *tp_comm_);
-    r.lr = o_.opt.lr_at(opt_->steps_taken() + 1);
-    opt_->step(model_->params(), model_->grads(), clip_scale(r.grad_norm, o_.opt.clip), float(r.lr));
+  const int q = cfg_.replica_of(me);
+  if (q >= 0 && model_) {
+    r.trained = true;
+    const int B = batch[q];
+    if (B > max_batch_) throw std::logic_error("batch exceeds the model's maximum");
+    pacer_.set_speed(cfg_.replicas[q].speed);
+    const long long first = cursor_ + std::accumulate(batch.begin(), batch.begin() + q, 0LL);
+    for (int b = 0; b < B; ++b)
+      data_->sample(first + b, T, &tokens_[std::size_t(b) * T], &targets_[std::size_t(b) * T]);
+    model_->zero_grads();
+    double loss_sum = model_->forward(tokens_.data(), targets_.data(), B);
+    const double global_tokens = double(r.samples) * T;
+    model_->backward(static_cast<float>(1.0 / global_tokens));
+    sync_->sync(model_->grads());
+    {
+      // The global loss: each replica's first rank contributes its replica's sum.
+      PhaseScope s(clock_, Phase::DpComm);
+      double contrib = cfg_.tp_index_of(me) == 0 ? loss_sum : 0.0;
+      train_->allreduce_sum(&contrib, 1);
+      r.loss = contrib / global_tokens;
+    }
+    r.grad_norm = sync_->global_norm(model_->grads());
+    {
+      PhaseScope s(clock_, Phase::Optimizer);
+      const auto t0 = Clock::now();
+      opt_->step(model_->params(), model_->grads(), clip_scale(r.grad_norm, o_.opt.clip), float(r.lr));
+      // AdamW: about a dozen FLOPs per parameter.
+      pacer_.pace_compute(since(t0), 12.0 * model_->param_count());
+    }
+    r.overruns = pacer_.take_overruns();
   }
-  r.loss = loss_sum / global_tokens;
   cursor_ += r.samples;
+  ++steps_;
   r.phase_seconds = clock_.take();
   return r;
 }
 
-void Trainer::save_checkpoint(const std::string& path) {
-  CheckpointMeta meta{opt_->steps_taken(), cursor_, true};
-  ntp::save_checkpoint(path, world_, 0, owners_in_replica(model_->layout().tp(), topo_.replica_ranks(0)), *model_,
-                       *opt_, meta);
+bool Trainer::save_checkpoint(const std::string& path) {
+  if (!live_) return false;
+  int source = -1;
+  for (int q = 0; q < topo_.replicas && source < 0; ++q)
+    if (cfg_.replicas[q].active()) source = q;
+  if (source < 0) return false;
+  const auto& rp = cfg_.replicas[source];
+  std::vector<int> live_rank(world_.size(), -1);
+  for (int r = 0, k = 0; r < world_.size(); ++r)
+    if (cfg_.alive[r]) live_rank[r] = k++;
+  std::vector<int> ranks;
+  for (int w : rp.ranks) ranks.push_back(live_rank[w]);
+  const SourceOwners owners = owners_in_replica(rp.layout, ranks);
+  CheckpointMeta meta{steps_, cursor_, true};
+  // Live ranks outside the source replica take part in the exchange with nothing to send.
+  ntp::save_checkpoint(path, *live_, ranks[0], owners, o_.model, model_.get(), opt_.get(), meta);
+  return true;
 }
 
 void Trainer::load_checkpoint(const std::string& path, bool weights_only) {
+  if (!model_) return;
   const CheckpointMeta meta = ntp::load_checkpoint(path, *model_, weights_only ? nullptr : opt_.get());
-  if (!weights_only && meta.has_optimizer) cursor_ = meta.samples_consumed;
+  if (!weights_only && meta.has_optimizer) {
+    cursor_ = meta.samples_consumed;
+    steps_ = meta.step;
+  }
+  initial_cursor_ = cursor_;
+  initial_steps_ = steps_;
 }
 
 int configure_threads(int requested) {
@@ -107,11 +402,10 @@ double measure_sgemm_gflops() {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
                 n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * n * n * n / s / 1e9);
+    best = std::max(best, 2.0 * n * n * n / since(t0) / 1e9);
   }
   return best;
 }

@@ -1,0 +1,120 @@
+#include "configuration.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ntp_layout.hpp"
+
+namespace ntp {
+
+Topology::Topology(int world_size_, int world_rank_, int tp_)
+    : world_size(world_size_), world_rank(world_rank_), tp(tp_) {
+  if (tp < 1 || world_size % tp != 0)
+    throw std::invalid_argument(fmt::format("--tp {} does not divide the {} ranks of this job", tp, world_size));
+  replicas = world_size / tp;
+  replica = world_rank / tp;
+  slot = world_rank % tp;
+}
+
+std::vector<int> Topology::replica_ranks(int r) const {
+  std::vector<int> ranks(tp);
+  std::iota(ranks.begin(), ranks.end(), r * tp);
+  return ranks;
+}
+
+Policy parse_policy(const std::string& name) {
+  if (name == "dp-drop") return Policy::DpDrop;
+  if (name == "ntp") return Policy::Ntp;
+  if (name == "ntp-pw") return Policy::NtpPw;
+  if (name == "restart") return Policy::Restart;
+  throw std::invalid_argument("unknown policy '" + name + "' (dp-drop, ntp, ntp-pw, restart)");
+}
+
+std::string policy_name(Policy p) {
+  switch (p) {
+    case Policy::DpDrop: return "dp-drop";
+    case Policy::Ntp: return "ntp";
+    case Policy::NtpPw: return "ntp-pw";
+    case Policy::Restart: return "restart";
+  }
+  return "?";
+}
+
+int Configuration::active_replicas() const {
+  return static_cast<int>(std::count_if(replicas.begin(), replicas.end(), [](auto& r) { return r.active(); }));
+}
+int Configuration::live_ranks() const { return static_cast<int>(std::count(alive.begin(), alive.end(), 1)); }
+long long Configuration::samples() const {
+  long long n = 0;
+  for (const auto& r : replicas) n += r.batch;
+  return n;
+}
+std::vector<int> Configuration::batches() const {
+  std::vector<int> b;
+  for (const auto& r : replicas) b.push_back(r.batch);
+  return b;
+}
+std::vector<int> Configuration::degrees() const {
+  std::vector<int> d;
+  for (const auto& r : replicas) d.push_back(r.active() ? r.degree() : 0);
+  return d;
+}
+bool Configuration::uniform() const {
+  for (const auto& r : replicas)
+    if (r.active() && r.degree() != n2) return false;
+  return true;
+}
+int Configuration::replica_of(int world_rank) const {
+  for (int q = 0; q < static_cast<int>(replicas.size()); ++q)
+    if (replicas[q].active() && std::count(replicas[q].ranks.begin(), replicas[q].ranks.end(), world_rank)) return q;
+  return -1;
+}
+int Configuration::tp_index_of(int world_rank) const {
+  const int q = replica_of(world_rank);
+  if (q < 0) return -1;
+  const auto& rk = replicas[q].ranks;
+  return static_cast<int>(std::find(rk.begin(), rk.end(), world_rank) - rk.begin());
+}
+
+Configuration plan_configuration(Policy policy, const Topology& topo, const ModelConfig& m, int B, double boost,
+                                 const std::vector<char>& alive) {
+  Configuration c;
+  c.alive = alive;
+  const int t = topo.tp;
+  const bool everyone = std::all_of(alive.begin(), alive.end(), [](char a) { return a != 0; });
+  c.replicas.resize(topo.replicas);
+  for (int r = 0; r < topo.replicas; ++r) {
+    auto& rp = c.replicas[r];
+    for (int w : topo.replica_ranks(r))
+      if (alive[w]) rp.ranks.push_back(w);
+    const int n = rp.degree();
+    bool active = false;
+    switch (policy) {
+      case Policy::DpDrop: active = n == t; break;
+      case Policy::Restart: active = everyone; break;
+      case Policy::Ntp:
+      case Policy::NtpPw: active = n > 0; break;
+    }
+    if (!active) {
+      rp.ranks.clear();
+      continue;
+    }
+    rp.state = n == t ? ReplicaState::Healthy : ReplicaState::Degraded;
+    rp.batch = B;
+    if (n < t && policy == Policy::Ntp) rp.batch = std::max(1, B * n / t);
+    if (n < t && policy == Policy::NtpPw) rp.speed = boost;
+  }
+  for (const auto& rp : c.replicas)
+    if (rp.active()) c.n2 = c.n2 == 0 ? rp.degree() : std::min(c.n2, rp.degree());
+  for (auto& rp : c.replicas)
+    if (rp.active()) rp.layout = core_extra_layout(m, rp.degree(), c.n2);
+  return c;
+}
+
+std::string format_degrees(const std::vector<int>& degrees) { return fmt::format("{}", degrees); }
+
+}  // namespace ntp

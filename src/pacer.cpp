@@ -1,0 +1,32 @@
+#include "pacer.hpp"
+
+#include <chrono>
+#include <thread>
+
+namespace ntp {
+
+double Pacer::compute_seconds(double flops) const { return flops / (c_.device_gflops * 1e9 * speed_); }
+
+double Pacer::transfer_seconds(double bytes, int messages, Link link) const {
+  const double gbps = link == Link::Tp ? c_.tp_gbps : c_.dp_gbps;
+  return messages * c_.latency_us * 1e-6 + bytes / (gbps * 1e9);
+}
+
+void Pacer::sleep_rest(double real, double target) {
+  if (target > real) std::this_thread::sleep_for(std::chrono::duration<double>(target - real));
+}
+
+void Pacer::pace_compute(double real, double flops) {
+  if (!c_.enabled) return;
+  const double target = compute_seconds(flops);
+  // A little slack for timer granularity: 2% or 50 microseconds.
+  if (real > target * 1.02 + 50e-6) ++overruns_;
+  sleep_rest(real, target);
+}
+
+void Pacer::pace_transfer(double real, double bytes, int messages, Link link) {
+  if (!c_.enabled) return;
+  sleep_rest(real, transfer_seconds(bytes, messages, link));
+}
+
+}  // namespace ntp

@@ -1,0 +1,53 @@
+#pragma once
+// Paced timing (--timing paced) for machines with fewer cores than ranks. Each rank emulates a
+// device of --device-gflops and links of --tp-gbps / --dp-gbps (GB/s) with --link-latency-us:
+// after a compute phase the rank sleeps until max(real time, FLOPs / rate) has passed, after a
+// transfer until max(real time, latency + bytes / bandwidth). The arithmetic stays real; the wall
+// clock becomes the emulated device's. Sleeping frees the core for the other ranks, and ranks
+// waiting in a collective for a slower (paced) peer wait as they would on real hardware, so the
+// critical path of a step is the emulated one. A compute phase whose real time exceeded its
+// emulated time is an overrun: the emulation was not honest for that step, and it is recorded.
+namespace ntp {
+
+struct PacingConfig {
+  bool enabled = false;
+  double device_gflops = 10.0;  // per rank
+  double tp_gbps = 20.0;        // GB/s, inside a replica (scale-up link)
+  double dp_gbps = 5.0;         // GB/s, between replicas (scale-out link)
+  double latency_us = 5.0;      // per message
+  double boost = 1.3;           // ntp-pw: a damaged replica's ranks run this much faster
+};
+
+enum class Link { Tp, Dp };
+
+class Pacer {
+ public:
+  explicit Pacer(const PacingConfig& c) : c_(c) {}
+  bool enabled() const { return c_.enabled; }
+  // Compute speed multiplier of this rank now (1, or the boost of an ntp-pw damaged replica).
+  void set_speed(double s) { speed_ = s; }
+  double speed() const { return speed_; }
+
+  // Seconds the emulated device needs for `flops`, and for a transfer of `bytes` in `messages`.
+  double compute_seconds(double flops) const;
+  double transfer_seconds(double bytes, int messages, Link link) const;
+
+  // Sleeps until `target` seconds have passed since the phase took `real` seconds.
+  void pace_compute(double real, double flops);
+  void pace_transfer(double real, double bytes, int messages, Link link);
+
+  // Compute overruns since the last call.
+  int take_overruns() {
+    const int n = overruns_;
+    overruns_ = 0;
+    return n;
+  }
+
+ private:
+  void sleep_rest(double real, double target);
+  PacingConfig c_;
+  double speed_ = 1.0;
+  int overruns_ = 0;
+};
+
+}  // namespace ntp

@@ -1,0 +1,192 @@
+#include "schedule.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+namespace ntp {
+
+namespace {
+
+struct Ctx {
+  std::string name;
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& msg) const {
+    const auto m = n.Mark();
+    if (m.line >= 0) throw ScheduleError(fmt::format("{}:{}: {}", name, m.line + 1, msg));
+    throw ScheduleError(fmt::format("{}: {}", name, msg));
+  }
+  long long integer(const YAML::Node& n, const std::string& what) const {
+    if (!n.IsScalar()) fail(n, what + " must be an integer");
+    const std::string s = n.Scalar();
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(s, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != s.size() || s.empty()) fail(n, fmt::format("{} must be an integer, got '{}'", what, s));
+    return v;
+  }
+  double number(const YAML::Node& n, const std::string& what) const {
+    if (!n.IsScalar()) fail(n, what + " must be a number");
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(n.Scalar(), &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != n.Scalar().size()) fail(n, fmt::format("{} must be a number, got '{}'", what, n.Scalar()));
+    return v;
+  }
+  void only_keys(const YAML::Node& map, std::initializer_list<const char*> keys, const std::string& where) const {
+    for (const auto& kv : map) {
+      const std::string k = kv.first.Scalar();
+      if (std::find_if(keys.begin(), keys.end(), [&](const char* a) { return k == a; }) == keys.end()) {
+        std::string known;
+        for (auto a : keys) known += (known.empty() ? "" : ", ") + std::string(a);
+        fail(kv.first, fmt::format("unknown key '{}' in {} (known: {})", k, where, known));
+      }
+    }
+  }
+};
+
+}  // namespace
+
+Schedule Schedule::load(const std::string& path, int world_size, int steps) {
+  std::ifstream f(path);
+  if (!f) throw ScheduleError("cannot open schedule file '" + path + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse(ss.str(), path, world_size, steps);
+}
+
+Schedule Schedule::parse(const std::string& text, const std::string& name, int world_size, int steps) {
+  Ctx c{name};
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ScheduleError(fmt::format("{}:{}: malformed YAML: {}", name, e.mark.line + 1, e.msg));
+  }
+  Schedule s;
+  if (root.IsNull()) return s;
+  if (!root.IsMap()) c.fail(root, "a schedule is a mapping with 'events' and/or 'random'");
+  c.only_keys(root, {"events", "random"}, "the schedule");
+
+  // Explicit events, in file order; several entries may name the same step.
+  std::set<int> explicit_ranks;
+  struct Raw {
+    int step;
+    bool kill;
+    int rank;
+    YAML::Node node;
+  };
+  std::vector<Raw> raw;
+  if (const auto ev = root["events"]) {
+    if (!ev.IsSequence()) c.fail(ev, "'events' must be a list of {step: N, kill: [...]} / {step: N, revive: [...]}");
+    for (const auto& e : ev) {
+      if (!e.IsMap()) c.fail(e, "each event is a mapping like {step: 10, kill: [3]}");
+      c.only_keys(e, {"step", "kill", "revive"}, "an event");
+      if (!e["step"]) c.fail(e, "event without 'step'");
+      const long long step = c.integer(e["step"], "step");
+      if (step < 1 || step > steps)
+        c.fail(e["step"], fmt::format("step {} is outside the run (steps 1..{})", step, steps));
+      if (!e["kill"] && !e["revive"]) c.fail(e, "event has neither 'kill' nor 'revive'");
+      for (const char* kind : {"kill", "revive"}) {
+        const auto list = e[kind];
+        if (!list) continue;
+        if (!list.IsSequence()) c.fail(list, fmt::format("'{}' must be a list of ranks, e.g. [3]", kind));
+        for (const auto& r : list) {
+          const long long rank = c.integer(r, "rank");
+          if (rank < 0 || rank >= world_size)
+            c.fail(r, fmt::format("rank {} does not exist (this job has ranks 0..{})", rank, world_size - 1));
+          raw.push_back({int(step), std::string(kind) == "kill", int(rank), r});
+          explicit_ranks.insert(int(rank));
+        }
+      }
+    }
+  }
+  // Replay explicit events in step order (kills before revives within a step is not assumed:
+  // a rank may not be both killed and revived at one step).
+  std::stable_sort(raw.begin(), raw.end(), [](const Raw& a, const Raw& b) { return a.step < b.step; });
+  std::vector<bool> alive(world_size, true);
+  for (std::size_t i = 0; i < raw.size();) {
+    const int step = raw[i].step;
+    std::set<int> touched;
+    for (; i < raw.size() && raw[i].step == step; ++i) {
+      const auto& r = raw[i];
+      if (!touched.insert(r.rank).second)
+        c.fail(r.node, fmt::format("rank {} has two events at step {}", r.rank, step));
+      if (r.kill && !alive[r.rank]) c.fail(r.node, fmt::format("step {}: kill of rank {}, which is already dead", step, r.rank));
+      if (!r.kill && alive[r.rank]) c.fail(r.node, fmt::format("step {}: revive of rank {}, which is alive", step, r.rank));
+      alive[r.rank] = !r.kill;
+      auto& se = s.events_[step];
+      (r.kill ? se.kill : se.revive).push_back(r.rank);
+    }
+  }
+
+  if (const auto rnd = root["random"]) {
+    if (!rnd.IsMap()) c.fail(rnd, "'random' must be a mapping {mtbf_steps: ..., repair_steps: ..., seed: ...}");
+    c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed"}, "'random'");
+    for (const char* k : {"mtbf_steps", "repair_steps", "seed"})
+      if (!rnd[k]) c.fail(rnd, fmt::format("'random' needs '{}'", k));
+    const double mtbf = c.number(rnd["mtbf_steps"], "mtbf_steps");
+    if (!(mtbf > 0)) c.fail(rnd["mtbf_steps"], "mtbf_steps must be positive");
+    const long long repair = c.integer(rnd["repair_steps"], "repair_steps");
+    if (repair < 1) c.fail(rnd["repair_steps"], "repair_steps must be at least 1");
+    const long long seed = c.integer(rnd["seed"], "seed");
+    if (seed < 0) c.fail(rnd["seed"], "seed must not be negative");
+    // Each rank without explicit events: while alive it fails at each step with probability
+    // 1/mtbf (exponential inter-arrival in steps), and comes back repair_steps later.
+    std::mt19937_64 rng(static_cast<std::uint64_t>(seed));
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (int r = 0; r < world_size; ++r) {
+      if (explicit_ranks.count(r)) continue;
+      for (int step = 1; step <= steps; ++step) {
+        if (u(rng) >= 1.0 / mtbf) continue;
+        s.events_[step].kill.push_back(r);
+        const long long back = step + repair;
+        if (back <= steps) s.events_[int(back)].revive.push_back(r);
+        step = int(back);  // alive again from `back`; the loop's ++ moves past it
+      }
+    }
+  }
+  for (auto& [step, e] : s.events_) {
+    std::sort(e.kill.begin(), e.kill.end());
+    std::sort(e.revive.begin(), e.revive.end());
+  }
+  return s;
+}
+
+const StepEvents& Schedule::at(int step) const {
+  static const StepEvents none;
+  auto it = events_.find(step);
+  return it == events_.end() ? none : it->second;
+}
+
+bool Schedule::revival_after(int step) const {
+  for (auto it = events_.upper_bound(step); it != events_.end(); ++it)
+    if (!it->second.revive.empty()) return true;
+  return false;
+}
+
+int Schedule::kills() const {
+  int n = 0;
+  for (const auto& [s, e] : events_) n += static_cast<int>(e.kill.size());
+  return n;
+}
+
+int Schedule::revives() const {
+  int n = 0;
+  for (const auto& [s, e] : events_) n += static_cast<int>(e.revive.size());
+  return n;
+}
+
+}  // namespace ntp

@@ -1,0 +1,49 @@
+#pragma once
+// Failure schedules (YAML):
+//
+//   events:                      # explicit, world ranks, taking effect at the start of the step
+//     - {step: 10, kill: [3]}
+//     - {step: 40, revive: [3]}
+//   random:                      # and/or a seeded generator
+//     mtbf_steps: 200            # mean steps between failures of one rank (exponential)
+//     repair_steps: 20           # a failed rank is revived this many steps later
+//     seed: 7
+//
+// Everything is validated before step 1; an error names the file, the line and the problem.
+// Random failures only touch ranks that have no explicit events.
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ntp {
+
+struct ScheduleError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct StepEvents {
+  std::vector<int> kill, revive;  // world ranks, ascending
+};
+
+class Schedule {
+ public:
+  Schedule() = default;  // no failures
+  // Parses and validates; throws ScheduleError.
+  static Schedule load(const std::string& path, int world_size, int steps);
+  static Schedule parse(const std::string& yaml, const std::string& name, int world_size, int steps);
+
+  // Events taking effect at the start of `step` (empty when none).
+  const StepEvents& at(int step) const;
+  bool empty() const { return events_.empty(); }
+  // Is any rank revived at a step after `step`?
+  bool revival_after(int step) const;
+  int kills() const;
+  int revives() const;
+  const std::map<int, StepEvents>& events() const { return events_; }
+
+ private:
+  std::map<int, StepEvents> events_;
+};
+
+}  // namespace ntp
