@@ -1,0 +1,105 @@
+"""Command line: python3 -m analysis {report,plot,simulate} ..."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import simulate as sim
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python3 -m analysis",
+        description="Reports, plots and the cluster-scale goodput simulator for ntpbench results "
+                    "(HDF5 schema 1, see results/README.md).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate}")
+
+    r = sub.add_parser("report", help="table of runs; checks /summary against the raw rows",
+                       description="Print one row per run: policy, TP x DP, failures, throughput, goodput, "
+                                   "goodput ratio, ETTR, MFU, recovery times and heal bytes, all recomputed "
+                                   "from /steps, /replicas and /events. Exits 1 (with the details on stderr) "
+                                   "when a file's /summary disagrees with the recomputation or a file cannot "
+                                   "be read. A run cut short (no /summary) is reported from its completed steps "
+                                   "and marked INCOMPLETE.")
+    r.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
+    r.add_argument("--csv", metavar="FILE", help="also write the table (every recomputed figure) as CSV to FILE")
+    r.add_argument("--json", metavar="FILE", help="also write the table (every recomputed figure) as JSON to FILE")
+
+    pl = sub.add_parser("plot", help="PNG figures of runs",
+                        description="Write PNGs per run (throughput per step with kill/revive marks, TP degree "
+                                    "of each replica, per-phase time per step) and across the runs (goodput by "
+                                    "policy, total time per phase). Prints the paths written.")
+    pl.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
+    pl.add_argument("--out", required=True, metavar="DIR", help="directory for the PNGs (created if missing)")
+
+    s = sub.add_parser("simulate", help="cluster-scale goodput simulator (the NTP paper's Fig. 6/7)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Monte Carlo over failure placements and time for dp-drop, ntp and ntp-pw "
+                                   "(with spare domains for Fig. 7). The model is documented in "
+                                   "analysis/simulate.py.")
+    g = s.add_argument_group("cluster")
+    g.add_argument("--gpus", type=int, default=32000, help="GPUs in the job (without spares)")
+    g.add_argument("--domain-size", type=int, default=32, help="GPUs per scale-up domain = TP degree")
+    g.add_argument("--gpus-per-replica", type=int, default=256,
+                   help="GPUs per DP replica (a multiple of --domain-size: domains per replica = PP stages)")
+    g = s.add_argument_group("policies")
+    g.add_argument("--policies", nargs="+", default=list(sim.POLICIES), choices=sim.POLICIES,
+                   help="policies to simulate")
+    g.add_argument("--placement", choices=("packed", "fixed"), default="packed",
+                   help="packed: domains regrouped so damaged ones share replicas (the paper); "
+                        "fixed: replica membership never changes, spares hot-swap")
+    g.add_argument("--boost", type=float, default=1.3, help="ntp-pw power boost (compute speed-up), at most 1.3")
+    g.add_argument("--min-tp-fraction", type=float, default=0.5,
+                   help="a domain with fewer than this fraction of its GPUs alive is dropped")
+    g = s.add_argument_group("failure model (defaults: Llama 3 405B, unexpected interruptions)")
+    g.add_argument("--interruptions", type=float, default=419, help="interruptions in the reference period")
+    g.add_argument("--ref-days", type=float, default=54, help="length of the reference period (days)")
+    g.add_argument("--ref-gpus", type=int, default=16384, help="GPUs of the reference cluster")
+    g.add_argument("--rate-multiplier", type=float, nargs="+", default=[1.0, 3.0],
+                   help="failure-rate multipliers for the trace (Fig. 7 uses the first)")
+    g.add_argument("--hw-fraction", type=float, default=0.78, help="share of failures that are hardware")
+    g.add_argument("--hw-repair-days", type=float, default=3.0, help="hardware repair time for the trace (days)")
+    g.add_argument("--fig7-hw-repair-days", type=float, default=5.0, help="hardware repair time for Fig. 7 (days)")
+    g.add_argument("--sw-repair-hours", type=float, default=3.0, help="software repair time (hours)")
+    g.add_argument("--repair-dist", choices=("fixed", "exp"), default="fixed",
+                   help="repair times fixed at their value, or exponential with that mean")
+    g = s.add_argument_group("costs")
+    g.add_argument("--recovery-seconds", type=float, default=60.0,
+                   help="whole-job stall per failure (detect + reconfigure), trace goodput")
+    g.add_argument("--heal-seconds", type=float, default=5.0,
+                   help="whole-job stall per repair (re-admit and heal; TorchFT: 12 GB in 4-5 s)")
+    g.add_argument("--step-seconds", type=float, default=10.0,
+                   help="cluster step time; with --calibrate, measured costs in step times are scaled by it")
+    g.add_argument("--calibrate", nargs="+", metavar="RUN.h5",
+                   help="derive healthy step time, tokens/s per rank and recovery/heal costs from runs")
+    g = s.add_argument_group("experiments")
+    g.add_argument("--what", nargs="+", choices=("fig6", "fig7", "trace"), default=["fig6", "fig7", "trace"],
+                   help="which outputs to produce")
+    g.add_argument("--max-failed-fraction", type=float, default=4e-3, help="Fig. 6: top of the failed-fraction sweep")
+    g.add_argument("--points", type=int, default=8, help="Fig. 6: points in the sweep")
+    g.add_argument("--trials", type=int, default=100, help="Fig. 6: random placements per point")
+    g.add_argument("--spares", type=int, nargs="+", default=[0, 4, 8, 12, 16, 24, 32, 48, 64, 72, 80, 88, 96, 104, 112, 128],
+                   help="Fig. 7: spare domain counts")
+    g.add_argument("--days", type=float, default=30.0, help="Fig. 7 / trace: simulated days per trial")
+    g.add_argument("--sample-hours", type=float, default=1.0, help="Fig. 7 / trace: sampling interval (hours)")
+    g.add_argument("--time-trials", type=int, default=4, help="Fig. 7 / trace: independent failure histories")
+    g.add_argument("--seed", type=int, default=1, help="random seed")
+    g = s.add_argument_group("output")
+    g.add_argument("--csv", metavar="DIR", help="write fig6.csv, fig7.csv, trace.csv into DIR")
+    g.add_argument("--out", metavar="DIR", help="write fig6_throughput_loss.png, fig7_spares.png, trace.png into DIR")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "report":
+        from . import report
+        return report.main(args)
+    if args.command == "plot":
+        from . import plots
+        return plots.main(args)
+    return sim.main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

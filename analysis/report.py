@@ -1,0 +1,110 @@
+"""`python3 -m analysis report`: one table row per run, recomputed from the raw rows.
+
+Every figure is recomputed by metrics.recompute and checked against the file's /summary; a
+disagreement is printed on stderr and makes the command exit with status 1. A run without
+/summary (cut short) is reported from its rows and marked "INCOMPLETE".
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pandas as pd
+
+from . import metrics
+from .runfile import SchemaError, load_run
+
+# (column, header, format)
+COLUMNS = [
+    ("file", "file", "{}"),
+    ("policy", "policy", "{}"),
+    ("layout", "TPxDP", "{}"),
+    ("steps", "steps", "{:d}"),
+    ("failures", "fail", "{:d}"),
+    ("throughput_tokens_per_s", "thru tok/s", "{:.1f}"),
+    ("goodput_tokens_per_s", "good tok/s", "{:.1f}"),
+    ("goodput_ratio", "good/healthy", "{:.3f}"),
+    ("ettr", "ETTR", "{:.3f}"),
+    ("mfu", "MFU", "{:.4f}"),
+    ("recovery_detect_seconds", "detect s", "{:.3f}"),
+    ("recovery_reconfigure_seconds", "reconf s", "{:.3f}"),
+    ("recovery_heal_seconds", "heal s", "{:.3f}"),
+    ("recovery_recompute_seconds", "recomp s", "{:.3f}"),
+    ("heal_bytes", "heal bytes", "{:.3g}"),
+    ("status", "status", "{}"),
+]
+
+
+def run_row(path: str) -> tuple[dict, list[str]]:
+    """The report row of one file and the problems found (empty when /summary agrees)."""
+    run = load_run(path)
+    rec = metrics.recompute(run)
+    problems = [str(m) for m in metrics.compare(run, rec)]
+    if not run.complete:
+        status = "INCOMPLETE (no /summary; wall=last step end)"
+    elif problems:
+        status = f"SUMMARY MISMATCH ({len(problems)})"
+    else:
+        status = "ok"
+    row = {"file": path, "policy": run.policy, "layout": f"{run.tp}x{run.dp}",
+           "tp": run.tp, "dp": run.dp, "ranks": run.ranks, "timing": run.attrs.get("timing", "?"),
+           "complete": run.complete}
+    row.update(rec)
+    row["status"] = status
+    return row, problems
+
+
+def _fmt(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def format_table(rows: list[dict]) -> str:
+    cells = [[h for _, h, _ in COLUMNS]]
+    for r in rows:
+        cells.append([_fmt(r.get(c), f) for c, _, f in COLUMNS])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = []
+    for n, row in enumerate(cells):
+        parts = [(c.ljust(w) if i in (0, 1, 2, len(COLUMNS) - 1) else c.rjust(w))
+                 for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(parts).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    rows, failed = [], False
+    for path in args.runs:
+        try:
+            row, problems = run_row(path)
+        except (SchemaError, OSError, KeyError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            failed = True
+            continue
+        rows.append(row)
+        for p in problems:
+            print(f"{path}: /summary disagrees with the rows: {p}", file=sys.stderr)
+        failed |= bool(problems)
+    if rows:
+        print(format_table(rows))
+        incomplete = [r["file"] for r in rows if not r["complete"]]
+        for f in incomplete:
+            print(f"note: {f} has no /summary (run cut short): figures come from its completed steps; "
+                  f"wall time is taken as the end of the last step, so goodput and ETTR are upper bounds")
+        df = pd.DataFrame(rows)
+        if args.csv:
+            df.to_csv(args.csv, index=False)
+            print(f"wrote {args.csv}")
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump([{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                           for r in rows], fh, indent=2)
+            print(f"wrote {args.json}")
+    return 1 if failed else 0

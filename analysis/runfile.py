@@ -1,0 +1,200 @@
+"""Load one ntpbench results file (HDF5 schema v1, results/README.md) into pandas / numpy.
+
+    run = load_run("results/demo/ntp.h5")
+    run.attrs            # root attributes, bytes decoded to str, numpy scalars to Python
+    run.steps            # DataFrame, one row per executed step (all /steps fields)
+    run.replicas         # dict name -> ndarray [steps, replicas] (tp_degree, batch, state)
+    run.phase_times      # ndarray [steps, ranks, phases] seconds, names in run.phases
+    run.events           # DataFrame (empty, with the documented columns, when /events is absent)
+    run.summary          # dict of /summary attributes, or None when the run was cut short
+
+A file whose `schema_version` is not one this module knows is refused with SchemaError; so is a
+schema-1 file that lacks a required dataset or /steps field.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+import pandas as pd
+
+SUPPORTED_SCHEMAS = ("1",)
+
+STEP_FIELDS = (
+    "step", "t_start", "t_end", "sample_begin", "samples", "tokens", "tokens_committed", "loss",
+    "grad_norm", "lr", "flops", "mfu", "live_ranks", "active_replicas", "recovery_seconds",
+    "idle_seconds", "paced_overrun",
+)
+REPLICA_DATASETS = ("tp_degree", "batch", "state")
+EVENT_FIELDS = ("time", "step", "kind", "rank", "replica", "bytes", "duration", "detail")
+EVENT_DTYPES = {"time": "float64", "step": "int64", "kind": "object", "rank": "int32",
+                "replica": "int32", "bytes": "float64", "duration": "float64", "detail": "object"}
+PHASES = ("forward", "backward", "tp_comm", "dp_comm", "reshard", "optimizer", "recovery", "idle",
+          "other")
+SUMMARY_KEYS = (
+    "steps", "tokens", "tokens_committed", "wall_seconds", "step_seconds", "productive_seconds",
+    "recovery_seconds", "idle_seconds", "throughput_tokens_per_s", "goodput_tokens_per_s", "ettr",
+    "healthy_throughput_tokens_per_s", "goodput_ratio", "mfu", "failures", "revivals",
+    "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
+    "recovery_recompute_seconds", "heal_bytes", "paced_overrun_steps", "final_loss",
+)
+# Replica states in /replicas/state.
+HEALTHY, DEGRADED, DOWN = 0, 1, 2
+
+
+class SchemaError(ValueError):
+    """The file is not an ntpbench results file this package can read."""
+
+
+def _plain(value: Any) -> Any:
+    """HDF5 attribute value -> plain Python (bytes -> str, numpy scalar -> int/float)."""
+    if isinstance(value, (bytes, np.bytes_)):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "SO":
+            return [_plain(v) for v in value.tolist()]
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _decode_column(col: np.ndarray) -> np.ndarray:
+    if col.dtype.kind == "S":
+        return np.array([v.decode("utf-8", "replace").rstrip("\x00") for v in col], dtype=object)
+    if col.dtype.kind == "O":
+        return np.array([_plain(v) for v in col], dtype=object)
+    return col
+
+
+@dataclass
+class Run:
+    path: str
+    attrs: dict
+    steps: pd.DataFrame
+    replicas: dict
+    phase_times: np.ndarray
+    phases: list
+    events: pd.DataFrame
+    summary: dict | None
+    notes: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def complete(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def policy(self) -> str:
+        return str(self.attrs.get("policy", "?"))
+
+    @property
+    def tp(self) -> int:
+        return int(self.attrs.get("tp", 0))
+
+    @property
+    def dp(self) -> int:
+        return int(self.attrs.get("replicas", 0))
+
+    @property
+    def ranks(self) -> int:
+        return int(self.attrs.get("ranks", 0))
+
+    @property
+    def config(self) -> dict:
+        try:
+            return json.loads(self.attrs.get("config", "{}"))
+        except (TypeError, ValueError):
+            return {}
+
+    def step_seconds(self) -> np.ndarray:
+        return (self.steps["t_end"] - self.steps["t_start"]).to_numpy(dtype=float)
+
+
+def empty_events() -> pd.DataFrame:
+    return pd.DataFrame({k: pd.Series(dtype=t) for k, t in EVENT_DTYPES.items()})
+
+
+def load_run(path: str | os.PathLike) -> Run:
+    path = os.fspath(path)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise SchemaError(f"{path}: cannot open as HDF5 ({e})") from e
+    with f:
+        attrs = {k: _plain(v) for k, v in f.attrs.items()}
+        version = attrs.get("schema_version")
+        if version is None:
+            raise SchemaError(f"{path}: no root attribute 'schema_version'; not an ntpbench results file")
+        version = str(version)
+        if version not in SUPPORTED_SCHEMAS:
+            raise SchemaError(
+                f"{path}: schema_version {version!r} is not supported (this analysis reads schema "
+                f"{', '.join(SUPPORTED_SCHEMAS)} as documented in results/README.md); re-run with an "
+                f"ntpbench that writes schema 1")
+        notes: list[str] = []
+
+        missing = [d for d in ("steps", "replicas", "ranks/phase_times") if d not in f]
+        if missing:
+            raise SchemaError(f"{path}: required dataset(s) missing: {', '.join('/' + m for m in missing)}")
+        raw = f["steps"][()]
+        names = raw.dtype.names or ()
+        lacking = [n for n in STEP_FIELDS if n not in names]
+        if lacking:
+            raise SchemaError(f"{path}: /steps lacks field(s) {', '.join(lacking)} required by schema 1")
+        steps = pd.DataFrame({n: _decode_column(raw[n]) for n in names})
+
+        replicas = {}
+        for name in REPLICA_DATASETS:
+            if name not in f["replicas"]:
+                raise SchemaError(f"{path}: /replicas/{name} missing")
+            replicas[name] = np.asarray(f["replicas"][name][()])
+        nrows = len(steps)
+        for name, arr in replicas.items():
+            if arr.ndim != 2 or arr.shape[0] != nrows:
+                # A job killed between two appends can leave datasets one row apart: keep the common rows.
+                notes.append(f"/replicas/{name} has shape {arr.shape}, /steps {nrows} rows")
+
+        ds = f["ranks/phase_times"]
+        phase_times = np.asarray(ds[()], dtype=float)
+        phases_attr = _plain(ds.attrs.get("phases", ",".join(PHASES)))
+        phases = ([p.strip() for p in phases_attr.split(",")] if isinstance(phases_attr, str)
+                  else [str(p) for p in phases_attr])
+        if phase_times.ndim != 3 or phase_times.shape[2] != len(phases):
+            raise SchemaError(f"{path}: /ranks/phase_times shape {phase_times.shape} does not match "
+                              f"{len(phases)} phase names")
+
+        if "events" in f:
+            ev_raw = f["events"][()]
+            ev_names = ev_raw.dtype.names or ()
+            lacking = [n for n in EVENT_FIELDS if n not in ev_names]
+            if lacking:
+                raise SchemaError(f"{path}: /events lacks field(s) {', '.join(lacking)}")
+            events = pd.DataFrame({n: _decode_column(ev_raw[n]) for n in ev_names})
+            if len(events) == 0:
+                events = empty_events()
+        else:
+            events = empty_events()
+            notes.append("no /events (no kills, revivals or recovery recorded)")
+
+        summary = None
+        if "summary" in f:
+            summary = {k: _plain(v) for k, v in f["summary"].attrs.items()}
+        else:
+            notes.append("no /summary: the run was cut short; figures are recomputed from the rows")
+
+    # Keep the rows every per-step dataset holds (a crash can leave them a row apart).
+    n = min([len(steps), phase_times.shape[0]] + [a.shape[0] for a in replicas.values()])
+    if n < len(steps):
+        steps = steps.iloc[:n].reset_index(drop=True)
+    replicas = {k: v[:n] for k, v in replicas.items()}
+    phase_times = phase_times[:n]
+    return Run(path=path, attrs=attrs, steps=steps, replicas=replicas, phase_times=phase_times,
+               phases=phases, events=events, summary=summary, notes=notes)

@@ -1,0 +1,543 @@
+"""`python3 -m analysis simulate`: cluster-scale goodput under GPU failures (the NTP paper's Fig. 6/7).
+
+Model
+-----
+Cluster. `--gpus` G GPUs in scale-up domains of `--domain-size` d GPUs (a domain is one TP group),
+D = G/d domains. A DP replica is `--gpus-per-replica` g GPUs, i.e. R = g/d domains (pipeline
+stages); the job has N = D/R replicas. Throughput is in units of the failure-free job (1.0 = every
+replica at full speed); "availability" below is that fraction, "loss" is 1 - availability.
+
+Domain speed. A domain with k failed GPUs has L = d - k live ones. With `--min-tp-fraction` m a
+domain with L < ceil(m d) (default: fewer than half its GPUs) is dropped (speed 0) under every
+policy. Otherwise, per policy:
+  dp-drop  speed 1 if k == 0 else 0 (uniform TP: a damaged TP group cannot train)
+  ntp      L/d — the domain runs at TP L; its replica's local batch is cut so that it keeps pace,
+           so it contributes in proportion to its live GPUs ("NTP loses only the failed GPUs'
+           share"). Head-granularity imbalance is ignored: MLP columns can absorb it.
+  ntp-pw   min(1, L b / d) with the power boost b = `--boost` (<= 1.3): the surviving GPUs run up
+           to b times faster, so a domain keeps full speed while d/L <= b (TP32 tolerates 7 failed
+           GPUs). The perf/W cost of boosting (2.8% at 1.1x, 6.5% at 1.2x) costs energy, not
+           throughput, and is not modelled.
+Replica speed. Replicas train in lock-step, so a replica runs at the speed of its slowest domain:
+min over its R domains. Capacity = sum of replica speeds (in replicas).
+Placement (`--placement`):
+  packed   (default; the paper: "failed domains are packed into the lowest ranks so as few replicas
+           as possible are damaged") — at each reconfiguration domains are regrouped into replicas:
+           sorted by speed and chunked R at a time, which maximises the sum of replica minima.
+           Under dp-drop this means only floor(healthy domains / R) replicas survive, i.e. any
+           failed GPU removes its replica, but the healthy domains of damaged replicas regroup.
+  fixed    replica r is always domains [rR, rR+R); a failed GPU anywhere in it removes (dp-drop)
+           or slows (ntp) the whole replica. Spare domains, if any, hot-swap the worst domains.
+
+Failure placements (Fig. 6). For a failed fraction f, n = round(f G) distinct GPUs fail, chosen
+uniformly at random (so the chance a given g-GPU replica is untouched is the hypergeometric
+C(G-g, n)/C(G, n), which differs from (1-f)^g by a factor ~exp(-n g^2 / 2G^2): 0.2% at G=32000,
+g=256, f=2e-3). `--trials` independent placements per f; means and standard errors over trials.
+
+Failures in time (Fig. 7 and the trace). Each GPU fails as a Poisson process of rate
+   lambda = 419 / (54 days x 16,384 GPUs) x `--rate-multiplier`   (Llama 3 405B, unexpected only)
+= 4.74e-4 per GPU-day. A failure is hardware with probability 0.78 (`--hw-fraction`), repaired
+after `--hw-repair-days` (default 3 for the trace; Fig. 7 uses `--fig7-hw-repair-days`, default 5
+as in the paper), else software, repaired after `--sw-repair-hours` (3). Repair times are fixed
+(`--repair-dist exp` makes them exponential with those means). The process starts one repair time
+before t = 0 so the window [0, `--days`) is stationary; the state is sampled every
+`--sample-hours`. A GPU that fails again while down counts once.
+  Fig. 7: the job needs N replicas' capacity for its fixed mini-batch; S spare domains (which fail
+  too) join the pool. Capacity is formed from all D+S domains as above; spare capacity beyond N is
+  idle (the mini-batch is fixed). When capacity < N the job is short: under "pause" semantics it
+  stops until repairs (throughput 0), under "slow" semantics it keeps the mini-batch by giving the
+  remaining replicas more micro-batches (throughput capacity/N). Per-GPU throughput =
+  time-mean throughput x D/(D+S), relative to a failure-free job without spares.
+  Trace: fraction of time more than 0.1% of GPUs are down, mean availability per policy, and
+  goodput = availability x (1 - stall fraction), where every failure stalls the whole job for
+  `--recovery-seconds` (detect + reconfigure) and every repair for `--heal-seconds` (re-admit and
+  heal the returning GPU's domain from a peer).
+
+Calibration. `--calibrate RUN.h5 ...` reads measured runs (schema 1): the healthy step time, tokens
+per step per rank, recovery seconds per failure (every detect and reconfigure event, the
+re-admitting reconfiguration included, over the kills) and heal seconds per revival. Costs are transferred to the cluster as multiples of the healthy step time
+(recovery_seconds = measured recovery / measured step time x `--step-seconds`), since a CPU run's
+absolute seconds say nothing about a 32K-GPU step; the per-GPU tokens/s of the run is printed
+beside the Fig. 7 fractions.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+POLICIES = ("dp-drop", "ntp", "ntp-pw")
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpus: int = 32000
+    domain_size: int = 32
+    gpus_per_replica: int = 256
+
+    def __post_init__(self):
+        if self.domain_size <= 0 or self.gpus_per_replica % self.domain_size:
+            raise ValueError("--gpus-per-replica must be a multiple of --domain-size")
+        if self.gpus % self.domain_size:
+            raise ValueError("--gpus must be a multiple of --domain-size")
+        if self.replicas < 1:
+            raise ValueError("fewer GPUs than one replica")
+
+    @property
+    def domains(self) -> int:
+        return self.gpus // self.domain_size
+
+    @property
+    def domains_per_replica(self) -> int:
+        return self.gpus_per_replica // self.domain_size
+
+    @property
+    def replicas(self) -> int:
+        return self.domains // self.domains_per_replica
+
+
+@dataclass(frozen=True)
+class FailureModel:
+    interruptions: float = 419.0
+    days: float = 54.0
+    ref_gpus: int = 16384
+    hw_fraction: float = 0.78
+    hw_repair_days: float = 3.0
+    sw_repair_hours: float = 3.0
+    rate_multiplier: float = 1.0
+    repair_dist: str = "fixed"
+
+    @property
+    def rate_per_gpu_day(self) -> float:
+        return self.interruptions / (self.days * self.ref_gpus) * self.rate_multiplier
+
+    @property
+    def mean_repair_days(self) -> float:
+        return self.hw_fraction * self.hw_repair_days + (1 - self.hw_fraction) * self.sw_repair_hours / 24
+
+    def expected_down_fraction(self) -> float:
+        return self.rate_per_gpu_day * self.mean_repair_days
+
+
+@dataclass(frozen=True)
+class Params:
+    boost: float = 1.3
+    min_tp_fraction: float = 0.5
+    placement: str = "packed"
+
+
+def speed_table(domain_size: int, policy: str, p: Params) -> np.ndarray:
+    """Speed of a domain with k = 0..d failed GPUs (non-increasing in k)."""
+    k = np.arange(domain_size + 1)
+    live = domain_size - k
+    alive = (live >= max(1, math.ceil(p.min_tp_fraction * domain_size))).astype(float)
+    if policy == "dp-drop":
+        s = (k == 0).astype(float)
+    elif policy == "ntp":
+        s = live / domain_size
+    elif policy == "ntp-pw":
+        s = np.minimum(1.0, live * p.boost / domain_size)
+    else:
+        raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
+    return s * alive
+
+
+def capacity(counts: np.ndarray, dpr: int, lut: np.ndarray, placement: str, job_domains: int | None = None,
+             sorted_counts: np.ndarray | None = None) -> np.ndarray:
+    """Capacity in replicas for failed-GPU counts per domain `counts` [..., D].
+
+    packed: regroup all D domains (R = dpr per replica) to maximise the sum of replica minima.
+    fixed: the first job_domains domains keep their replicas; the remaining (spare) domains
+    hot-swap the slowest job domains when faster.
+    """
+    if placement == "packed":
+        k = np.sort(counts, axis=-1, kind="stable") if sorted_counts is None else sorted_counts
+        m = k.shape[-1] // dpr
+        # Sorted by failures ascending = by speed descending: each chunk's minimum is its last entry.
+        return lut[k[..., dpr - 1: m * dpr: dpr]].sum(axis=-1)
+    if placement != "fixed":
+        raise ValueError(f"unknown placement {placement!r}")
+    J = counts.shape[-1] if job_domains is None else job_domains
+    speeds = lut[counts]
+    job, spare = speeds[..., :J].copy(), speeds[..., J:]
+    S = spare.shape[-1]
+    if S:
+        order = np.argsort(job, axis=-1, kind="stable")[..., :S]
+        worst = np.take_along_axis(job, order, axis=-1)
+        best = -np.sort(-spare, axis=-1)[..., : order.shape[-1]]
+        np.put_along_axis(job, order, np.maximum(worst, best), axis=-1)
+    m = J // dpr
+    return job[..., : m * dpr].reshape(job.shape[:-1] + (m, dpr)).min(axis=-1).sum(axis=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fig. 6: failures placed uniformly at random at one instant
+# ---------------------------------------------------------------------------------------------
+
+def place_failures(cl: Cluster, n: int, trials: int, rng: np.random.Generator) -> np.ndarray:
+    """[trials, D] counts of failed GPUs per domain, n distinct GPUs failed per trial."""
+    out = np.zeros((trials, cl.domains), dtype=np.int16)
+    for t in range(trials):
+        idx = rng.choice(cl.gpus, size=n, replace=False)
+        out[t] = np.bincount(idx // cl.domain_size, minlength=cl.domains)
+    return out
+
+
+def sweep_failed_fraction(cl: Cluster, fractions, policies=POLICIES, params: Params = Params(),
+                          trials: int = 100, seed: int = 1) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    R, N = cl.domains_per_replica, cl.replicas
+    rows = []
+    for f in fractions:
+        n = int(round(f * cl.gpus))
+        counts = place_failures(cl, n, trials, rng)
+        # Fixed-membership quantities: replicas / domains touched by at least one failure.
+        used = counts[:, : N * R].reshape(trials, N, R)
+        hit = (used.sum(axis=-1) > 0).mean(axis=-1)
+        dom_hit = (counts > 0).mean(axis=-1)
+        srt = np.sort(counts, axis=-1, kind="stable")
+        for pol in policies:
+            lut = speed_table(cl.domain_size, pol, params)
+            cap = capacity(counts, R, lut, params.placement, sorted_counts=srt if params.placement == "packed" else None)
+            avail = cap / N
+            rows.append(dict(failed_fraction=f, failed_gpus=n, policy=pol, placement=params.placement,
+                             availability=avail.mean(), availability_se=avail.std(ddof=1) / math.sqrt(trials) if trials > 1 else math.nan,
+                             loss=1 - avail.mean(), replicas_hit=hit.mean(),
+                             replicas_hit_se=hit.std(ddof=1) / math.sqrt(trials) if trials > 1 else math.nan,
+                             replicas_hit_formula=1 - (1 - n / cl.gpus) ** cl.gpus_per_replica,
+                             domains_hit=dom_hit.mean()))
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Failures in time
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Trace:
+    times_days: np.ndarray     # [Ts] sample times
+    counts: np.ndarray         # [Ts, D] failed GPUs per domain (int16)
+    failures: int              # failures starting in [0, days)
+    repairs: int               # repairs completing in [0, days)
+
+
+def failure_trace(gpus: int, domain_size: int, fm: FailureModel, days: float, sample_hours: float,
+                  rng: np.random.Generator) -> Trace:
+    warm = max(fm.hw_repair_days, fm.sw_repair_hours / 24) * (5 if fm.repair_dist == "exp" else 1)
+    span = days + warm
+    E = rng.poisson(fm.rate_per_gpu_day * gpus * span)
+    start = rng.uniform(-warm, days, E)
+    gpu = rng.integers(0, gpus, E)
+    hw = rng.random(E) < fm.hw_fraction
+    mean = np.where(hw, fm.hw_repair_days, fm.sw_repair_hours / 24)
+    dur = rng.exponential(mean) if fm.repair_dist == "exp" else mean
+    end = start + dur
+    Ts = max(1, int(round(days * 24 / sample_hours)))
+    t = (np.arange(Ts) + 0.5) * days / Ts
+    D = gpus // domain_size
+    active = (start[None, :] <= t[:, None]) & (t[:, None] < end[None, :])
+    ti, ei = np.nonzero(active)
+    key = np.unique(ti.astype(np.int64) * gpus + gpu[ei])          # a GPU down twice counts once
+    ti, g = key // gpus, key % gpus
+    counts = np.bincount(ti * D + g // domain_size, minlength=Ts * D).reshape(Ts, D).astype(np.int16)
+    return Trace(t, counts, int(((start >= 0) & (start < days)).sum()), int(((end >= 0) & (end < days)).sum()))
+
+
+def spares_sweep(cl: Cluster, spares, fm: FailureModel, policies=POLICIES, params: Params = Params(),
+                 days: float = 30, sample_hours: float = 1.0, trials: int = 4, seed: int = 2) -> pd.DataFrame:
+    """Fig. 7: per-GPU throughput against spare domains with a fixed mini-batch."""
+    rng = np.random.default_rng(seed)
+    spares = sorted(set(int(s) for s in spares))
+    J, R, N = cl.domains, cl.domains_per_replica, cl.replicas
+    Smax = max(spares)
+    acc = {}
+    for _ in range(trials):
+        tr = failure_trace(cl.gpus + Smax * cl.domain_size, cl.domain_size, fm, days, sample_hours, rng)
+        for S in spares:
+            c = tr.counts[:, : J + S]
+            srt = np.sort(c, axis=-1, kind="stable") if params.placement == "packed" else None
+            for pol in policies:
+                lut = speed_table(cl.domain_size, pol, params)
+                cap = capacity(c, R, lut, params.placement, job_domains=J, sorted_counts=srt)
+                short = cap < N - 1e-9
+                a = acc.setdefault((S, pol), {"slow": [], "short": []})
+                a["slow"].append(np.minimum(1.0, cap / N).mean())
+                a["short"].append(short.mean())
+    rows = []
+    for (S, pol), a in sorted(acc.items(), key=lambda kv: (POLICIES.index(kv[0][1]) if kv[0][1] in POLICIES else 9, kv[0][0])):
+        share = J / (J + S)
+        slow, short = float(np.mean(a["slow"])), float(np.mean(a["short"]))
+        rows.append(dict(policy=pol, spare_domains=S, spare_gpus=S * cl.domain_size,
+                         short_time_fraction=short,
+                         per_gpu_pause=(1 - short) * share, per_gpu_slow=slow * share,
+                         placement=params.placement, hw_repair_days=fm.hw_repair_days))
+    return pd.DataFrame(rows)
+
+
+def spares_needed(df: pd.DataFrame) -> dict:
+    """Smallest spare count in the sweep whose job was never short (None if none)."""
+    out = {}
+    for pol, g in df.groupby("policy", sort=False):
+        ok = g[g["short_time_fraction"] == 0]["spare_domains"]
+        out[pol] = int(ok.min()) if len(ok) else None
+    return out
+
+
+def time_trace(cl: Cluster, fm: FailureModel, multipliers, policies=POLICIES, params: Params = Params(),
+               days: float = 15, sample_hours: float = 1.0, trials: int = 4, seed: int = 3,
+               recovery_seconds: float = 60.0, heal_seconds: float = 5.0, keep_first: bool = False):
+    rng = np.random.default_rng(seed)
+    R, N = cl.domains_per_replica, cl.replicas
+    rows, example = [], None
+    for mult in multipliers:
+        fmm = replace(fm, rate_multiplier=mult)
+        res = {"down": [], "over": [], "fails": [], "stall": []}
+        per_pol = {p: [] for p in policies}
+        for t in range(trials):
+            tr = failure_trace(cl.gpus, cl.domain_size, fmm, days, sample_hours, rng)
+            down = tr.counts.sum(axis=-1) / cl.gpus
+            res["down"].append(down.mean())
+            res["over"].append((down > 1e-3).mean())
+            res["fails"].append(tr.failures / days)
+            res["stall"].append(min(1.0, (tr.failures * recovery_seconds + tr.repairs * heal_seconds) / (days * DAY)))
+            srt = np.sort(tr.counts, axis=-1, kind="stable") if params.placement == "packed" else None
+            series = {}
+            for pol in policies:
+                cap = capacity(tr.counts, R, speed_table(cl.domain_size, pol, params), params.placement, sorted_counts=srt)
+                per_pol[pol].append((cap / N).mean())
+                series[pol] = cap / N
+            if example is None and t == 0:
+                example = dict(multiplier=mult, t=tr.times_days, down=down, **series)
+        stall = float(np.mean(res["stall"]))
+        for pol in policies:
+            av = float(np.mean(per_pol[pol]))
+            rows.append(dict(rate_multiplier=mult, policy=pol, failures_per_day=float(np.mean(res["fails"])),
+                             mean_down_fraction=float(np.mean(res["down"])),
+                             time_down_over_0p1pct=float(np.mean(res["over"])),
+                             availability=av, stall_fraction=stall, goodput=av * (1 - stall)))
+    return pd.DataFrame(rows), example
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration from measured runs
+# ---------------------------------------------------------------------------------------------
+
+def calibrate(paths) -> dict:
+    from . import metrics
+    from .runfile import load_run
+    steps, tput_rank, rec_ratio, heal_ratio = [], [], [], []
+    for p in paths:
+        run = load_run(p)
+        m = metrics.recompute(run)
+        h = m["healthy_throughput_tokens_per_s"]
+        if not np.isfinite(h):
+            continue
+        tok = run.steps["tokens"].to_numpy(dtype=float)
+        healthy = (run.replicas["state"] == 0).all(axis=1)
+        step_s = float(np.median(run.step_seconds()[healthy]))
+        steps.append(step_s)
+        tput_rank.append(h / max(1, run.ranks))
+        if m["failures"]:
+            rec_ratio.append((m["recovery_detect_seconds"] + m["recovery_reconfigure_seconds"]) / m["failures"] / step_s)
+        if m["revivals"]:
+            heal_ratio.append(m["recovery_heal_seconds"] / m["revivals"] / step_s)
+        del tok
+    if not steps:
+        raise ValueError("no calibration run has a step with every replica healthy")
+    return dict(runs=len(steps), healthy_step_seconds=float(np.median(steps)),
+                tokens_per_s_per_rank=float(np.median(tput_rank)),
+                recovery_steps_per_failure=float(np.median(rec_ratio)) if rec_ratio else None,
+                heal_steps_per_revival=float(np.median(heal_ratio)) if heal_ratio else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------
+
+def _table(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> str:
+    cells = [[h for _, h, _ in cols]] + [[(f.format(r[c]) if r[c] is not None else "-") for c, _, f in cols]
+                                         for r in df.to_dict("records")]
+    w = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+    lines = ["  ".join(c.rjust(w[i]) for i, c in enumerate(row)) for row in cells]
+    lines.insert(1, "  ".join("-" * x for x in w))
+    return "\n".join(lines)
+
+
+def fig6_table(df: pd.DataFrame) -> str:
+    piv = df.pivot_table(index=["failed_fraction", "failed_gpus"], columns="policy", values="loss", sort=False)
+    se = df.pivot_table(index=["failed_fraction", "failed_gpus"], columns="policy", values="availability_se", sort=False)
+    hit = df.groupby(["failed_fraction", "failed_gpus"], sort=False)[["replicas_hit", "replicas_hit_formula", "domains_hit"]].first()
+    out = pd.concat([piv.add_prefix("loss "), se.max(axis=1).rename("max se"), hit], axis=1).reset_index()
+    cols = [("failed_fraction", "failed frac", "{:.4f}"), ("failed_gpus", "GPUs", "{:d}")]
+    cols += [(f"loss {p}", f"loss {p}", "{:.2%}") for p in piv.columns]
+    cols += [("max se", "max s.e.", "{:.2%}"), ("replicas_hit", "repl hit (fixed)", "{:.3f}"),
+             ("replicas_hit_formula", "1-(1-f)^g", "{:.3f}"), ("domains_hit", "domains hit", "{:.3f}")]
+    return _table(out, cols)
+
+
+def fig7_table(df: pd.DataFrame, tokens_per_gpu: float | None = None) -> str:
+    cols = [("policy", "policy", "{}"), ("spare_domains", "spare domains", "{:d}"),
+            ("short_time_fraction", "time short", "{:.2%}"), ("per_gpu_pause", "per-GPU (pause)", "{:.4f}"),
+            ("per_gpu_slow", "per-GPU (slow)", "{:.4f}")]
+    df = df.copy()
+    if tokens_per_gpu:
+        df["tok"] = df["per_gpu_slow"] * tokens_per_gpu
+        cols.append(("tok", "tok/s/GPU (slow)", "{:.1f}"))
+    return _table(df, cols)
+
+
+def trace_table(df: pd.DataFrame) -> str:
+    cols = [("rate_multiplier", "rate x", "{:g}"), ("policy", "policy", "{}"),
+            ("failures_per_day", "fail/day", "{:.1f}"), ("mean_down_fraction", "mean down", "{:.3%}"),
+            ("time_down_over_0p1pct", "time >0.1% down", "{:.1%}"), ("availability", "availability", "{:.2%}"),
+            ("stall_fraction", "stall", "{:.2%}"), ("goodput", "goodput", "{:.2%}")]
+    return _table(df, cols)
+
+
+def plot_fig6(df: pd.DataFrame, cl: Cluster, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for pol, g in df.groupby("policy", sort=False):
+        ax.errorbar(g["failed_fraction"] * 1e3, g["loss"] * 100, yerr=2 * g["availability_se"] * 100,
+                    marker="o", markersize=3, capsize=2, label=pol)
+    ax.set_xlabel("failed GPUs (per mille of the cluster)")
+    ax.set_ylabel("throughput loss (%)")
+    ax.set_title(f"Throughput loss vs failed fraction: {cl.gpus} GPUs, TP{cl.domain_size} domains, "
+                 f"{cl.domains_per_replica} domains/replica ({df['placement'].iloc[0]})", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_fig7(df: pd.DataFrame, cl: Cluster, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (pol, g) in enumerate(df.groupby("policy", sort=False)):
+        color = f"C{i}"
+        ax.plot(g["spare_domains"], g["per_gpu_pause"], "-o", markersize=3, color=color, label=f"{pol} (pause when short)")
+        ax.plot(g["spare_domains"], g["per_gpu_slow"], "--", color=color, alpha=0.7, label=f"{pol} (slow when short)")
+    ax.set_xlabel(f"spare scale-up domains ({cl.domain_size} GPUs each)")
+    ax.set_ylabel("per-GPU throughput (failure-free job = 1)")
+    ax.set_title(f"Fixed mini-batch with spares: {cl.gpus} GPUs, TP{cl.domain_size}, "
+                 f"{df['hw_repair_days'].iloc[0]:g}-day hardware repair", fontsize=9)
+    ax.set_ylim(max(0, min(0.8, df["per_gpu_slow"].min() - 0.02)), 1.005)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_trace(ex: dict, cl: Cluster, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True)
+    a1.plot(ex["t"], ex["down"] * 100, color="tab:red")
+    a1.axhline(0.1, color="gray", linestyle="--", linewidth=0.8, label="0.1% of GPUs")
+    a1.set_ylabel("GPUs down (%)")
+    a1.legend(fontsize=8)
+    a1.grid(alpha=0.3)
+    a1.set_title(f"Failure trace ({cl.gpus} GPUs, TP{cl.domain_size}, rate x{ex['multiplier']:g})", fontsize=9)
+    for pol in POLICIES:
+        if pol in ex:
+            a2.plot(ex["t"], ex[pol] * 100, label=pol)
+    a2.set_xlabel("time (days)")
+    a2.set_ylabel("throughput (% of failure-free)")
+    a2.legend(fontsize=8)
+    a2.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(args) -> int:
+    try:
+        cl = Cluster(args.gpus, args.domain_size, args.gpus_per_replica)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    params = Params(boost=args.boost, min_tp_fraction=args.min_tp_fraction, placement=args.placement)
+    if not 1.0 <= args.boost <= 1.3 + 1e-12:
+        print("error: --boost must be in [1, 1.3] (the paper's 30% TDP headroom)", file=sys.stderr)
+        return 2
+    fm = FailureModel(hw_fraction=args.hw_fraction, hw_repair_days=args.hw_repair_days,
+                      sw_repair_hours=args.sw_repair_hours, repair_dist=args.repair_dist,
+                      interruptions=args.interruptions, days=args.ref_days, ref_gpus=args.ref_gpus)
+    recovery_s, heal_s, tok_gpu = args.recovery_seconds, args.heal_seconds, None
+    if args.calibrate:
+        cal = calibrate(args.calibrate)
+        tok_gpu = cal["tokens_per_s_per_rank"]
+        print("calibration from", len(args.calibrate), "run(s):")
+        for k, v in cal.items():
+            print(f"  {k}: {v if v is None else (f'{v:.6g}' if isinstance(v, float) else v)}")
+        if cal["recovery_steps_per_failure"] is not None:
+            recovery_s = cal["recovery_steps_per_failure"] * args.step_seconds
+        if cal["heal_steps_per_revival"] is not None:
+            heal_s = cal["heal_steps_per_revival"] * args.step_seconds
+        print(f"  -> cluster costs at --step-seconds {args.step_seconds:g}: recovery {recovery_s:.3g} s per failure, "
+              f"heal {heal_s:.3g} s per repair\n")
+    print(f"cluster: {cl.gpus} GPUs, {cl.domains} domains of {cl.domain_size}, {cl.domains_per_replica} domains "
+          f"per replica, {cl.replicas} replicas; placement {params.placement}; boost {params.boost:g}; "
+          f"domains with live < {args.min_tp_fraction:g} x {cl.domain_size} dropped")
+    print(f"failures: {fm.rate_per_gpu_day:.3e} per GPU-day (x rate multiplier), {fm.hw_fraction:.0%} hardware, "
+          f"software repaired in {fm.sw_repair_hours:g} h\n")
+    frames = {}
+    what = set(args.what)
+    if "fig6" in what:
+        fr = np.linspace(0, args.max_failed_fraction, args.points + 1)[1:]
+        df6 = sweep_failed_fraction(cl, fr, args.policies, params, args.trials, args.seed)
+        frames["fig6"] = df6
+        print(f"Fig. 6 — throughput loss vs failed fraction ({args.trials} placements each):")
+        print(fig6_table(df6), "\n")
+    if "fig7" in what:
+        fm7 = replace(fm, hw_repair_days=args.fig7_hw_repair_days, rate_multiplier=args.rate_multiplier[0])
+        df7 = spares_sweep(cl, args.spares, fm7, args.policies, params, args.days, args.sample_hours,
+                           args.time_trials, args.seed + 1)
+        frames["fig7"] = df7
+        print(f"Fig. 7 — fixed mini-batch with spare domains, {fm7.hw_repair_days:g}-day hardware repair, "
+              f"{args.days:g} days x {args.time_trials} trials:")
+        print(fig7_table(df7, tok_gpu))
+        need = spares_needed(df7)
+        print("spares to never be short:", ", ".join(f"{p} {('>' + str(max(args.spares))) if v is None else v}"
+                                                        for p, v in need.items()), "\n")
+    ex = None
+    if "trace" in what:
+        dft, ex = time_trace(cl, fm, args.rate_multiplier, args.policies, params, args.days, args.sample_hours,
+                             args.time_trials, args.seed + 2, recovery_s, heal_s)
+        frames["trace"] = dft
+        print(f"Trace — {fm.hw_repair_days:g}-day hardware repair, {args.days:g} days x {args.time_trials} trials, "
+              f"stall {recovery_s:g} s per failure + {heal_s:g} s per repair:")
+        print(trace_table(dft), "\n")
+    if args.csv:
+        os.makedirs(args.csv, exist_ok=True)
+        for k, df in frames.items():
+            p = os.path.join(args.csv, f"{k}.csv")
+            df.to_csv(p, index=False)
+            print("wrote", p)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        if "fig6" in frames:
+            p = os.path.join(args.out, "fig6_throughput_loss.png")
+            plot_fig6(frames["fig6"], cl, p)
+            print("wrote", p)
+        if "fig7" in frames:
+            p = os.path.join(args.out, "fig7_spares.png")
+            plot_fig7(frames["fig7"], cl, p)
+            print("wrote", p)
+        if ex is not None:
+            p = os.path.join(args.out, "trace.png")
+            plot_trace(ex, cl, p)
+            print("wrote", p)
+    return 0

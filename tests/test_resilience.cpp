@@ -1,0 +1,214 @@
+// The resilience building blocks: the reshard primitive, NTP layouts, the NTP gradient sync with
+// replicas at several TP degrees at once, and per-policy configurations. Run under mpiexec -n 8.
+#include <numeric>
+#include <set>
+
+#include "configuration.hpp"
+#include "grad_sync.hpp"
+#include "ntp_layout.hpp"
+#include "param_layout.hpp"
+#include "reshard.hpp"
+#include "test_util.hpp"
+
+namespace ntp::test {
+namespace {
+
+// Random placements over random rank subsets: every unit lands where the target says, with its
+// data; a unit already in place is never sent.
+TEST(Reshard, RandomPlacementsLandWhereTheTargetSays) {
+  auto world = world_comm();
+  const int P = world->size(), me = world->rank();
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int units = 1 + int(rng() % 40);
+    const long ue = 1 + long(rng() % 5);
+    // Source and target rank sets: random non-empty subsets of the world.
+    auto subset = [&] {
+      std::vector<int> s;
+      for (int r = 0; r < P; ++r)
+        if (rng() % 2) s.push_back(r);
+      if (s.empty()) s.push_back(int(rng() % P));
+      return s;
+    };
+    const auto src_ranks = subset(), dst_ranks = subset();
+    std::vector<int> src(units), dst(units);
+    for (int u = 0; u < units; ++u) {
+      src[u] = src_ranks[rng() % src_ranks.size()];
+      // Half the time keep a unit where it is (when that rank is a target), to exercise "in place".
+      const bool stay = rng() % 2 && std::count(dst_ranks.begin(), dst_ranks.end(), src[u]);
+      dst[u] = stay ? src[u] : dst_ranks[rng() % dst_ranks.size()];
+    }
+    const ReshardPlan plan(src, dst, me, P);
+    // Each unit's value: 1000 * unit + element, so the receiver can check what it got.
+    std::vector<float> mine;
+    for (int u = 0; u < units; ++u)
+      if (src[u] == me)
+        for (long e = 0; e < ue; ++e) mine.push_back(1000.0f * u + e);
+    std::vector<float> out(std::size_t(plan.dst_count()) * ue, -1.0f);
+    reshard(*world, plan, {{mine.data(), out.data(), ue}});
+    long k = 0;
+    for (int u = 0; u < units; ++u)
+      if (dst[u] == me)
+        for (long e = 0; e < ue; ++e, ++k) ASSERT_EQ(out[k], 1000.0f * u + e) << "trial " << trial << " unit " << u;
+    EXPECT_EQ(k, long(out.size()));
+    for (int p = 0; p < P; ++p)
+      for (int u : plan.sends()[p]) EXPECT_NE(src[u], dst[u]) << "unit " << u << " was already in place";
+    for (int u : plan.kept()) EXPECT_TRUE(src[u] == me && dst[u] == me);
+  }
+}
+
+TEST(NtpLayout, MatchesThePapersExample) {
+  // 24 heads, TP 8 beside replicas at TP 6: core ranks {0,1,2}, {4,5,6}, ...; extras {3,7,11}, {15,19,23}.
+  const ShardMap m = core_extra_map(24, 8, 6);
+  EXPECT_EQ(m.units_of(0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(m.units_of(1), (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(m.units_of(5), (std::vector<int>{20, 21, 22}));
+  EXPECT_EQ(m.units_of(6), (std::vector<int>{3, 7, 11}));
+  EXPECT_EQ(m.units_of(7), (std::vector<int>{15, 19, 23}));
+  // At its own degree the layout is Megatron's even split.
+  EXPECT_EQ(core_extra_map(8, 3, 3), ShardMap::even(8, 3));
+  // Every unit owned once, every rank an even share, core rank i inside chunk i.
+  for (int units : {5, 8, 13, 24, 3072})
+    for (int n = 1; n <= std::min(units, 8); ++n)
+      for (int n2 = 1; n2 <= n; ++n2) {
+        const ShardMap c = core_extra_map(units, n, n2), even = ShardMap::even(units, n);
+        const ShardMap chunks = chunk_map(units, n, n2);
+        for (int r = 0; r < n; ++r) EXPECT_EQ(c.count(r), even.count(r));
+        for (int u = 0; u < units; ++u)
+          if (c.owner(u) < n2) EXPECT_EQ(chunks.owner(u), c.owner(u));
+      }
+}
+
+TEST(Configuration, EachPolicySetsDegreesAndBatches) {
+  const ModelConfig m = preset("tiny");
+  const Topology topo(8, 0, 4);
+  std::vector<char> alive(8, 1);
+  alive[3] = 0;
+  const auto ntp = plan_configuration(Policy::Ntp, topo, m, 4, 1.3, alive);
+  EXPECT_EQ(ntp.degrees(), (std::vector<int>{3, 4}));
+  EXPECT_EQ(ntp.batches(), (std::vector<int>{3, 4}));  // max(1, floor(4 * 3 / 4))
+  EXPECT_EQ(ntp.n2, 3);
+  const auto pw = plan_configuration(Policy::NtpPw, topo, m, 4, 1.3, alive);
+  EXPECT_EQ(pw.batches(), (std::vector<int>{4, 4}));
+  EXPECT_DOUBLE_EQ(pw.replicas[0].speed, 1.3);
+  EXPECT_DOUBLE_EQ(pw.replicas[1].speed, 1.0);
+  const auto drop = plan_configuration(Policy::DpDrop, topo, m, 4, 1.3, alive);
+  EXPECT_EQ(drop.degrees(), (std::vector<int>{0, 4}));
+  EXPECT_EQ(drop.batches(), (std::vector<int>{0, 4}));
+  const auto restart = plan_configuration(Policy::Restart, topo, m, 4, 1.3, alive);
+  EXPECT_EQ(restart.active_replicas(), 0);
+  // A replica with every rank dead drops out under ntp too; batch never falls below one.
+  alive.assign(8, 1);
+  alive[4] = alive[5] = alive[6] = 0;
+  const auto one = plan_configuration(Policy::Ntp, topo, m, 2, 1.3, alive);
+  EXPECT_EQ(one.batches(), (std::vector<int>{2, 1}));
+  alive[7] = 0;
+  EXPECT_EQ(plan_configuration(Policy::Ntp, topo, m, 2, 1.3, alive).degrees(), (std::vector<int>{4, 0}));
+}
+
+// A hand-made configuration of replicas over the world's ranks, each at its own degree.
+Configuration make_config(const ModelConfig& m, const std::vector<int>& degrees) {
+  Configuration c;
+  int next = 0;
+  c.n2 = *std::min_element(degrees.begin(), degrees.end());
+  for (int d : degrees) {
+    ReplicaPlan rp;
+    for (int k = 0; k < d; ++k) rp.ranks.push_back(next++);
+    rp.state = ReplicaState::Healthy;
+    rp.batch = 1;
+    rp.layout = core_extra_layout(m, d, c.n2);
+    c.replicas.push_back(rp);
+  }
+  c.alive.assign(next, 1);
+  return c;
+}
+
+// A deterministic gradient value for replica q, tensor t, canonical element e.
+float grad_value(int q, int t, long e) {
+  std::uint64_t x = (std::uint64_t(q) * 1315423911u) ^ (std::uint64_t(t) << 32) ^ std::uint64_t(e);
+  x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33;
+  return float(x % 2001) / 1000.0f - 1.0f;
+}
+
+class NtpSync : public ::testing::TestWithParam<std::vector<int>> {};
+
+// After the sync every rank's gradient shard equals the sum over replicas computed without
+// sharding; the global norm is that of the summed gradient and bitwise equal on every rank.
+TEST_P(NtpSync, EqualsTheUnshardedSum) {
+  const auto degrees = GetParam();
+  const int need = std::accumulate(degrees.begin(), degrees.end(), 0);
+  if (need > world_size()) GTEST_SKIP() << "needs " << need << " ranks";
+  ModelConfig m{48, 8, 1, 12, 24};  // 12 heads, 96 MLP columns, 48 vocabulary rows
+  const Configuration cfg = make_config(m, degrees);
+  auto world = world_comm();
+  const int me = world->rank();
+  const int q = me < need ? cfg.replica_of(me) : -1, idx = q >= 0 ? cfg.tp_index_of(me) : -1;
+  auto tp = world->split(q, idx);
+  auto slot = world->split(q >= 0 && idx < cfg.n2 ? idx : -1, q);
+  if (q < 0) return;
+  auto be = make_cpu_backend();
+  const ParamLayout layout(m, cfg.replicas[q].layout, idx);
+  std::vector<float> grads(layout.total(), 0.0f);
+  for (int t = 0; t < layout.tensor_count(); ++t) {
+    const auto& s = layout.specs()[t];
+    const auto& slot_t = layout.slot(t);
+    long k = 0;
+    for (int u : slot_t.units)
+      for (long e = 0; e < s.unit_elems; ++e, ++k) grads[slot_t.offset + k] = grad_value(q, t, long(u) * s.unit_elems + e);
+  }
+  PhaseClock clock;
+  Pacer pacer(PacingConfig{});
+  GradSync sync(cfg, q, idx, *tp, slot.get(), layout, *be, clock, pacer);
+  sync.sync(grads.data());
+  double expect_sq = 0;
+  int wrong = 0;  // counted, not asserted: an early return would leave the other ranks in a collective
+  std::string first_wrong;
+  for (int t = 0; t < layout.tensor_count(); ++t) {
+    const auto& s = layout.specs()[t];
+    const auto& slot_t = layout.slot(t);
+    long k = 0;
+    for (int u : slot_t.units)
+      for (long e = 0; e < s.unit_elems; ++e, ++k) {
+        float sum = 0;
+        for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, long(u) * s.unit_elems + e);
+        if (std::fabs(grads[slot_t.offset + k] - sum) > 1e-5f * (1 + std::fabs(sum)) && !wrong++)
+          first_wrong = s.name + " unit " + std::to_string(u) + " element " + std::to_string(e) + ": got " +
+                        std::to_string(grads[slot_t.offset + k]) + ", want " + std::to_string(sum);
+      }
+    // The norm counts every element of the full tensor once.
+    for (long e = 0; e < s.full_elems(m); ++e) {
+      float sum = 0;
+      for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, e);
+      expect_sq += double(sum) * sum;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "rank " << me << ": first wrong " << first_wrong;
+  double norm = sync.global_norm(grads.data());
+  EXPECT_NEAR(norm, std::sqrt(expect_sq), 1e-5 * std::sqrt(expect_sq));
+  // Bitwise equal everywhere: compare against the max over the group.
+  double hi = norm, lo = -norm;
+  tp->allreduce_max(&hi, 1);
+  tp->allreduce_max(&lo, 1);
+  EXPECT_EQ(hi, norm);
+  EXPECT_EQ(-lo, norm);
+  if (slot) {
+    double shi = norm;
+    slot->allreduce_max(&shi, 1);
+    EXPECT_EQ(shi, norm);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Degrees, NtpSync,
+                         ::testing::Values(std::vector<int>{4, 4}, std::vector<int>{4, 3}, std::vector<int>{4, 3, 1},
+                                           std::vector<int>{3, 3, 2}, std::vector<int>{2, 4, 2},
+                                           std::vector<int>{4, 2, 1, 1}, std::vector<int>{1, 1, 1, 1}),
+                         [](const auto& info) {
+                           std::string n = "tp";
+                           for (int d : info.param) n += std::to_string(d);
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace ntp::test
