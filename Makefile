@@ -22,7 +22,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 MPIRUN := mpirun --oversubscribe
 
-.PHONY: all deps apt-deps py-deps build test demo clean help
+.PHONY: all deps apt-deps py-deps build test demo clean help bench bench-bestblas
 
 all: build
 
@@ -57,12 +57,37 @@ build: $(BUILD)/CMakeCache.txt
 
 test: build py-deps
 	cd $(BUILD) && ctest --output-on-failure
-	@if ls analysis/tests/test_*.py >/dev/null 2>&1; then $(PY) -m pytest -q analysis/tests; fi
+	$(PY) -m pytest -q tests/integration analysis/tests
 
 demo: deps build
 	@mkdir -p results/demo
 	$(MPIRUN) -np $(RANKS) $(NTPBENCH) --preset small --tp 4 --steps 30 --out results/demo/engine.h5 --overwrite
 	$(NTPBENCH) --replay results/demo/engine.h5 --quiet
+
+# Microbenchmarks (bench/, Google Benchmark JSON in results/bench/, tables from bench/report.py).
+# Kernels and the whole step on one rank; collectives and the TP layer on 4 ranks, one BLAS/OpenMP
+# thread per rank when ranks outnumber cores. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as the
+# environment sets them and recorded in each JSON's context; `make bench-bestblas` reruns the
+# kernels and the step with both unset, so OpenBLAS picks the kernel for this CPU itself.
+bench: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target bench_kernels bench_comm bench_layer bench_step
+	@mkdir -p results/bench
+	@t=$$(( $$(nproc) / 4 )); [ $$t -ge 1 ] || t=1; set -e; \
+	gb="--benchmark_out_format=json --benchmark_color=false"; \
+	$(BUILD)/bench/bench_kernels $$gb --benchmark_out=results/bench/kernels.json; \
+	$(BUILD)/bench/bench_step $$gb --benchmark_out=results/bench/step.json; \
+	OMP_NUM_THREADS=$$t $(MPIRUN) -np 4 -x OMP_NUM_THREADS $(BUILD)/bench/bench_comm $$gb --benchmark_out=results/bench/comm.json; \
+	OMP_NUM_THREADS=$$t $(MPIRUN) -np 4 -x OMP_NUM_THREADS $(BUILD)/bench/bench_layer $$gb --benchmark_out=results/bench/layer.json
+	python3 bench/report.py results/bench/kernels.json results/bench/step.json results/bench/comm.json results/bench/layer.json
+
+bench-bestblas: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target bench_kernels bench_step
+	@mkdir -p results/bench/bestblas
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench/bench_kernels --benchmark_out_format=json \
+	  --benchmark_color=false --benchmark_out=results/bench/bestblas/kernels.json
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench/bench_step --benchmark_out_format=json \
+	  --benchmark_color=false --benchmark_out=results/bench/bestblas/step.json
+	python3 bench/report.py results/bench/bestblas
 
 clean:
 	rm -rf $(BUILD)

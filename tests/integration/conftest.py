@@ -1,0 +1,57 @@
+"""Helpers for the end-to-end tests: they launch the real ntpbench binary under mpirun."""
+import os
+import pathlib
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NTPBENCH = ROOT / "build" / "ntpbench"
+ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def binary():
+    if not NTPBENCH.exists():
+        pytest.fail(f"{NTPBENCH} is missing: run `make build` first")
+
+
+def ntpbench(ranks, *args, check=True, timeout=300):
+    """Runs `mpirun -np ranks ntpbench args...`; returns the CompletedProcess."""
+    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), str(NTPBENCH), *map(str, args)]
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def replay(path):
+    """`ntpbench --replay` on one rank must agree."""
+    p = subprocess.run([str(NTPBENCH), "--replay", str(path), "--quiet"], env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "AGREES" in p.stdout, p.stdout + p.stderr
+    return p.stdout
+
+
+def steps(path):
+    with h5py.File(path, "r") as f:
+        return f["steps"][()]
+
+
+def replicas(path, name="tp_degree"):
+    with h5py.File(path, "r") as f:
+        return f["replicas"][name][()]
+
+
+def events(path):
+    with h5py.File(path, "r") as f:
+        e = f["events"][()]
+    return [(int(r["step"]), r["kind"].decode(), int(r["rank"])) for r in e]
+
+
+def schedule(tmp_path, text, name="schedule.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p

@@ -1,0 +1,88 @@
+"""Bad input never starts a run: each bad flag or schedule exits non-zero with a message that
+names the problem (and the schedule's line), and writes no results file."""
+import pytest
+
+from conftest import ntpbench, schedule
+
+BAD_SCHEDULES = {
+    "unknown rank": ("events:\n  - {step: 2, kill: [9]}\n", "schedule.yaml:2: rank 9 does not exist"),
+    "kill of a dead rank": ("events:\n  - {step: 2, kill: [1]}\n  - {step: 3, kill: [1]}\n",
+                            "schedule.yaml:3: step 3: kill of rank 1, which is already dead"),
+    "revive of a live rank": ("events:\n  - {step: 2, revive: [1]}\n", "revive of rank 1, which is alive"),
+    "step out of range": ("events:\n  - {step: 99, kill: [1]}\n", "step 99 is outside the run (steps 1..6)"),
+    "step zero": ("events:\n  - {step: 0, kill: [1]}\n", "step 0 is outside the run"),
+    "negative rank": ("events:\n  - {step: 2, kill: [-1]}\n", "rank -1 does not exist"),
+    "non-integer step": ("events:\n  - {step: 2.5, kill: [1]}\n", "step must be an integer, got '2.5'"),
+    "non-integer rank": ("events:\n  - {step: 2, kill: [one]}\n", "rank must be an integer, got 'one'"),
+    "unknown key": ("events:\n  - {step: 2, kil: [1]}\n", "unknown key 'kil' in an event"),
+    "unknown top-level key": ("event:\n  - {step: 2, kill: [1]}\n", "unknown key 'event' in the schedule"),
+    "malformed YAML": ("events:\n  - {step: 2, kill: [1]\n", "malformed YAML"),
+    "negative repair": ("random: {mtbf_steps: 10, repair_steps: -2, seed: 1}\n", "repair_steps must be at least 1"),
+    "random without seed": ("random: {mtbf_steps: 10, repair_steps: 2}\n", "'random' needs 'seed'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SCHEDULES))
+def test_bad_schedule_never_starts(tmp_path, case):
+    text, message = BAD_SCHEDULES[case]
+    out = tmp_path / "run.h5"
+    p = ntpbench(4, "--preset", "tiny", "--tp", 2, "--steps", 6, "--schedule", schedule(tmp_path, text),
+                 "--out", out, check=False)
+    assert p.returncode != 0, p.stdout
+    assert message in p.stderr, p.stderr
+    assert p.stderr.count("ntpbench: error") == 1  # said once, by rank 0
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--no-such-flag"], "The following argument was not expected: --no-such-flag"),
+    (["--tp", 3], "--tp 3 does not divide the 4 ranks"),
+    (["--tp", 8], "TP degree 8 exceeds the head count 4"),
+    (["--micro-batch", 0], "--micro-batch"),
+    (["--hidden", 66], "hidden size 66 is not a multiple of the head count 4"),
+    (["--policy", "pray"], "--policy"),
+    (["--boost", 1.5], "--boost"),
+    (["--seq", 64, "--context", 32], "--seq 64 exceeds --context 32"),
+    (["--data", "/no/such/file"], "cannot open data file '/no/such/file'"),
+])
+def test_bad_flags_are_refused(tmp_path, args, message):
+    out = tmp_path / "run.h5"
+    p = ntpbench(4, "--preset", "tiny", *args, "--steps", 2, "--out", out, check=False)
+    assert p.returncode != 0
+    assert message in p.stderr + p.stdout, p.stderr + p.stdout
+    assert not out.exists()
+
+
+def test_existing_results_are_never_overwritten(tmp_path):
+    out = tmp_path / "run.h5"
+    out.write_bytes(b"an earlier result")
+    p = ntpbench(2, "--preset", "tiny", "--steps", 2, "--out", out, check=False)
+    assert p.returncode != 0 and "exists" in p.stderr
+    assert out.read_bytes() == b"an earlier result"
+
+
+def test_check_validates_without_training(tmp_path):
+    good = schedule(tmp_path, "events:\n  - {step: 2, kill: [1]}\n  - {step: 4, revive: [1]}\n")
+    p = ntpbench(4, "--preset", "tiny", "--tp", 2, "--steps", 6, "--schedule", good, "--check")
+    assert "--check: OK" in p.stdout and "1 kills, 1 revivals" in p.stdout
+    assert not list(tmp_path.glob("*.h5"))
+
+
+def test_help_explains_every_flag():
+    p = ntpbench(1, "--help")
+    for flag in ["--preset", "--tp", "--micro-batch", "--steps", "--seed", "--data", "--lr", "--clip", "--out",
+                 "--checkpoint-every", "--checkpoint-dir", "--init-from", "--schedule", "--policy", "--timing",
+                 "--device-gflops", "--tp-gbps", "--dp-gbps", "--link-latency-us", "--boost", "--replay", "--config",
+                 "--check"]:
+        assert flag in p.stdout, flag
+
+
+def test_config_file_sets_flags(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('preset = "tiny"\nsteps = 3\ntp = 2\nmicro-batch = 2\n')
+    out = tmp_path / "run.h5"
+    ntpbench(2, "--config", cfg, "--out", out, "--quiet")
+    import h5py, json
+    with h5py.File(out) as f:
+        c = json.loads(f.attrs["config"])
+    assert c["tp"] == 2 and c["steps"] == 3 and c["micro_batch"] == 2 and c["preset"] == "tiny"
