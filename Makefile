@@ -10,7 +10,7 @@ NTPBENCH := $(BUILD)/ntpbench
 
 # Debian 12 packages the build and the tests need.
 APT_PACKAGES := build-essential cmake pkg-config git \
-  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools \
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev \
   libopenblas-dev libopenblas-openmp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev \
@@ -30,7 +30,7 @@ help:
 	@echo "make deps    install missing Debian packages and the Python venv for analysis/"
 	@echo "make build   configure and build into $(BUILD)/"
 	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
-	@echo "make demo    deps + build, then the embedded default job ($(RANKS) ranks, small, TP 4) and its replay check"
+	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
 
 deps: apt-deps py-deps
 
@@ -59,35 +59,22 @@ test: build py-deps
 	cd $(BUILD) && ctest --output-on-failure
 	$(PY) -m pytest -q tests/integration analysis/tests
 
+# The embedded default: 8 ranks (TP 4 x DP 2) of `small` under paced timing (more ranks than
+# cores here), one failure and one revival, once per policy; then the comparison table, the plots
+# and a replay check that the failure-handling run computed what one rank computes.
+DEMO_FLAGS := --preset small --seq 32 --micro-batch 4 --tp 4 --steps 30 --timing paced --device-gflops 0.8 \
+  --checkpoint-every 5 --schedule jobs/schedules/demo.yaml --quiet --overwrite
+DEMO_POLICIES := dp-drop ntp ntp-pw restart
+
 demo: deps build
 	@mkdir -p results/demo
-	$(MPIRUN) -np $(RANKS) $(NTPBENCH) --preset small --tp 4 --steps 30 --out results/demo/engine.h5 --overwrite
-	$(NTPBENCH) --replay results/demo/engine.h5 --quiet
-
-# Microbenchmarks (bench/, Google Benchmark JSON in results/bench/, tables from bench/report.py).
-# Kernels and the whole step on one rank; collectives and the TP layer on 4 ranks, one BLAS/OpenMP
-# thread per rank when ranks outnumber cores. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as the
-# environment sets them and recorded in each JSON's context; `make bench-bestblas` reruns the
-# kernels and the step with both unset, so OpenBLAS picks the kernel for this CPU itself.
-bench: $(BUILD)/CMakeCache.txt
-	cmake --build $(BUILD) -j $(JOBS) --target bench_kernels bench_comm bench_layer bench_step
-	@mkdir -p results/bench
-	@t=$$(( $$(nproc) / 4 )); [ $$t -ge 1 ] || t=1; set -e; \
-	gb="--benchmark_out_format=json --benchmark_color=false"; \
-	$(BUILD)/bench/bench_kernels $$gb --benchmark_out=results/bench/kernels.json; \
-	$(BUILD)/bench/bench_step $$gb --benchmark_out=results/bench/step.json; \
-	OMP_NUM_THREADS=$$t $(MPIRUN) -np 4 -x OMP_NUM_THREADS $(BUILD)/bench/bench_comm $$gb --benchmark_out=results/bench/comm.json; \
-	OMP_NUM_THREADS=$$t $(MPIRUN) -np 4 -x OMP_NUM_THREADS $(BUILD)/bench/bench_layer $$gb --benchmark_out=results/bench/layer.json
-	python3 bench/report.py results/bench/kernels.json results/bench/step.json results/bench/comm.json results/bench/layer.json
-
-bench-bestblas: $(BUILD)/CMakeCache.txt
-	cmake --build $(BUILD) -j $(JOBS) --target bench_kernels bench_step
-	@mkdir -p results/bench/bestblas
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench/bench_kernels --benchmark_out_format=json \
-	  --benchmark_color=false --benchmark_out=results/bench/bestblas/kernels.json
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench/bench_step --benchmark_out_format=json \
-	  --benchmark_color=false --benchmark_out=results/bench/bestblas/step.json
-	python3 bench/report.py results/bench/bestblas
+	@for p in $(DEMO_POLICIES); do \
+	  echo "== policy $$p"; \
+	  $(MPIRUN) -np $(RANKS) $(NTPBENCH) $(DEMO_FLAGS) --policy $$p --out results/demo/$$p.h5 || exit 1; \
+	done
+	$(NTPBENCH) --replay results/demo/ntp.h5 --quiet
+	$(PY) -m analysis report $(DEMO_POLICIES:%=results/demo/%.h5) --csv results/demo/report.csv
+	$(PY) -m analysis plot $(DEMO_POLICIES:%=results/demo/%.h5) --out results/demo/plots
 
 clean:
 	rm -rf $(BUILD)
