@@ -70,5 +70,8 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// "cpu", or "cuda" where the build has the CUDA backend (NTPBENCH_HAVE_CUDA); throws otherwise.
+// local_rank: this rank's index on its node, which picks its GPU.
+std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank);
 
 }  // namespace ntp

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "backend.hpp"
 #include "kernels/cpu/adamw.hpp"
@@ -116,5 +117,20 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+#ifdef NTPBENCH_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int local_rank);  // src/backend_cuda.cu
+#endif
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank) {
+  if (name == "cpu") return make_cpu_backend();
+#ifdef NTPBENCH_HAVE_CUDA
+  if (name == "cuda") return make_cuda_backend(local_rank);
+#else
+  (void)local_rank;
+  if (name == "cuda") throw std::invalid_argument("--backend cuda: this build has no CUDA backend (nvcc not found)");
+#endif
+  throw std::invalid_argument("unknown backend '" + name + "' (cpu, cuda)");
+}
 
 }  // namespace ntp

@@ -88,6 +88,8 @@ ParseResult parse_options(int argc, char** argv, bool print) {
   app.add_option("--boost", o.pacing.boost,
                  "ntp-pw: speed-up of a damaged replica's ranks (power boost), at most 1.3 (the paper's TDP headroom)")
       ->check(CLI::Range(1.0, 1.3));
+  app.add_option("--backend", o.backend, "Where kernels run: cpu (OpenBLAS + OpenMP) or cuda (cuBLAS, one GPU per rank)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--check", o.check, "Validate the configuration and the schedule against the job's ranks, then exit");
   app.set_config("--config", "", "Read any of these flags from a TOML file (CLI11 syntax: name = value)");
 
@@ -154,6 +156,7 @@ nlohmann::json to_json(const Options& o) {
       {"threads", o.threads},
       {"peak_gflops", o.peak_gflops},
       {"schedule", o.schedule},
+      {"backend", o.backend},
       {"policy", o.policy},
       {"timing", o.timing},
       {"pacing",
@@ -193,6 +196,7 @@ Options options_from_json(const nlohmann::json& j) {
   o.threads = j.at("threads");
   o.peak_gflops = j.at("peak_gflops");
   o.schedule = j.value("schedule", "");
+  o.backend = j.value("backend", "cpu");
   o.policy = j.value("policy", "ntp");
   o.timing = j.value("timing", "wall");
   if (j.contains("pacing")) {

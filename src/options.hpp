@@ -41,6 +41,7 @@ struct Options {
   std::string timing = "wall";   // wall or paced
   PacingConfig pacing;
   bool check = false;            // validate configuration and schedule, then exit
+  std::string backend = "cpu";   // cpu or cuda (kernels and memory; see src/backend.hpp)
 };
 
 // Parses argv. Returns the options, or an exit code when the program should stop (after --help:

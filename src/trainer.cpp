@@ -27,7 +27,7 @@ constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
     : o_(o), world_(world), topo_(world.size(), world.rank(), o.tp), policy_(parse_policy(o.policy)),
       max_batch_(max_batch), pacer_(o.pacing) {
-  backend_ = make_cpu_backend();
+  backend_ = make_backend(o.backend, node_comm()->rank());
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
   cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost,
                             std::vector<char>(world.size(), 1));
