@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "kernels/cpu/detail/vec_math.hpp"
+
 namespace ntp::cpu {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int BT, int C, int OC,
@@ -12,9 +14,10 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   // Seed out with the bias (or zeros) and let sgemm accumulate with beta = 1: one pass over out.
   float beta = 0.0f;
   if (bias != nullptr) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (long(BT) * OC >= detail::kParallelMinElems)
     for (int bt = 0; bt < BT; bt++) {
       float* o = out + static_cast<size_t>(bt) * OC;
+#pragma omp simd
       for (int i = 0; i < OC; i++) o[i] = bias[i];
     }
     beta = 1.0f;
@@ -43,9 +46,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 void bias_forward(float* out, const float* bias, int BT, int OC) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (long(BT) * OC >= detail::kParallelMinElems)
   for (int bt = 0; bt < BT; bt++) {
     float* o = out + static_cast<size_t>(bt) * OC;
+#pragma omp simd
     for (int i = 0; i < OC; i++) o[i] += bias[i];
   }
 }
@@ -53,14 +57,15 @@ void bias_forward(float* out, const float* bias, int BT, int OC) {
 void bias_backward(float* dbias, const float* dout, int BT, int OC) {
   // Per-thread partial sums over a static row split, merged in thread order: deterministic for a
   // fixed thread count.
-  const int nt = omp_get_max_threads();
+  const int nt = long(BT) * OC >= detail::kParallelMinElems ? omp_get_max_threads() : 1;
   std::vector<float> part(static_cast<size_t>(nt) * OC, 0.0f);
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (nt > 1)
   {
     float* p = part.data() + static_cast<size_t>(omp_get_thread_num()) * OC;
 #pragma omp for schedule(static)
     for (int bt = 0; bt < BT; bt++) {
       const float* g = dout + static_cast<size_t>(bt) * OC;
+#pragma omp simd
       for (int i = 0; i < OC; i++) p[i] += g[i];
     }
   }
