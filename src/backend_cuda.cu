@@ -1,0 +1,262 @@
+// The CUDA backend: device memory on this rank's GPU, kernels/cuda (cuBLAS + CUDA kernels), fp32.
+// Every kernel is queued on one stream; the calls that hand data to the host (to_host,
+// sum_squares) synchronise it, as do from_host/ints_from_host (the host buffer is then free to
+// reuse). Pointers given to the kernels must be device pointers from allocate()/allocate_ints().
+//
+// Device: node-local rank r takes GPU r. With fewer GPUs than ranks on the node, start-up fails
+// unless NTPBENCH_ALLOW_GPU_SHARING=1 (the --allow-gpu-sharing flag), when rank r takes GPU
+// r % count. NCCL refuses two ranks on one GPU, so ranks that share a GPU must communicate
+// through MPI with host staging (see src/comm_nccl.hpp).
+//
+// TF32: off (cuBLAS's default math), so results compare with the CPU path to fp32 tolerance.
+// NTPBENCH_TF32=1 lets cuBLAS use TF32 tensor cores for the fp32 GEMMs (faster, ~1e-3 relative).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "backend.hpp"
+#include "kernels/cuda/adamw.cuh"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/detail/common.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/layernorm.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/residual.cuh"
+
+namespace ntp {
+
+namespace {
+
+bool env_is_one(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+std::string cuda_error_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + std::to_string(int(e)) + "): " + cudaGetErrorString(e);
+}
+
+// The GPU for node-local rank `local_rank`, or a clear error.
+int select_device(int local_rank) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // reset the last-error state
+    throw std::runtime_error("--backend cuda: no usable GPU on this node: cudaGetDeviceCount failed with " +
+                             cuda_error_text(e));
+  }
+  if (count == 0) throw std::runtime_error("--backend cuda: no GPU on this node (cudaGetDeviceCount returned 0)");
+  if (local_rank < 0) throw std::invalid_argument("--backend cuda: negative node-local rank");
+  if (local_rank < count) return local_rank;
+  if (env_is_one("NTPBENCH_ALLOW_GPU_SHARING")) return local_rank % count;
+  throw std::runtime_error("--backend cuda: node-local rank " + std::to_string(local_rank) + " has no GPU of its own (" +
+                           std::to_string(count) +
+                           " visible on this node): run at most one rank per GPU, or pass --allow-gpu-sharing "
+                           "(NTPBENCH_ALLOW_GPU_SHARING=1) to share them; ranks sharing a GPU cannot use NCCL and "
+                           "communicate through MPI with host staging");
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int local_rank) : device_(select_device(local_rank)) {
+    NTP_CUDA_CHECK(cudaSetDevice(device_));
+    NTP_CUDA_CHECK(cudaStreamCreate(&stream_));
+    NTP_CUBLAS_CHECK(cublasCreate(&cublas_));
+    NTP_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    NTP_CUBLAS_CHECK(
+        cublasSetMathMode(cublas_, env_is_one("NTPBENCH_TF32") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    NTP_CUDA_CHECK(cudaMalloc(&sumsq_scratch_, cuda::sum_squares_scratch() * sizeof(double)));
+  }
+
+  ~CudaBackend() override {
+    // No throwing here: report and carry on releasing.
+    warn(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (scratch_) warn(cudaFree(scratch_), "cudaFree");
+    warn(cudaFree(sumsq_scratch_), "cudaFree");
+    if (cublas_) cublasDestroy(cublas_);
+    if (stream_) warn(cudaStreamDestroy(stream_), "cudaStreamDestroy");
+  }
+
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+
+  float* allocate(std::size_t n) override { return static_cast<float*>(device_alloc(n * sizeof(float))); }
+  void release(float* p) override { device_free(p); }
+  void zero(float* p, std::size_t n) override {
+    if (n) NTP_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), stream_));
+  }
+  // cudaMemcpyDefault: the direction follows from the pointers (unified addressing), so a host
+  // buffer on either side also works; the copy is then complete when this returns.
+  void copy(float* dst, const float* src, std::size_t n) override {
+    if (!n) return;
+    NTP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, stream_));
+    if (!is_device(dst) || !is_device(src)) NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void to_host(float* host, const float* src, std::size_t n) override {
+    if (!n) return;
+    NTP_CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void from_host(float* dst, const float* host, std::size_t n) override {
+    if (!n) return;
+    NTP_CUDA_CHECK(cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  int* allocate_ints(std::size_t n) override { return static_cast<int*>(device_alloc(n * sizeof(int))); }
+  void release_ints(int* p) override { device_free(p); }
+  void ints_from_host(int* dst, const int* host, std::size_t n) override {
+    if (!n) return;
+    NTP_CUDA_CHECK(cudaMemcpyAsync(dst, host, n * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void embedding_forward(float* out, const int* tokens, const float* wte, const int* local_row, int BT,
+                         int C) override {
+    cuda::embedding_forward(out, tokens, wte, local_row, BT, C, stream_);
+  }
+  void embedding_backward(float* dwte, const float* dout, const int* tokens, const int* local_row, int BT,
+                          int C) override {
+    cuda::embedding_backward(dwte, dout, tokens, local_row, BT, C, stream_);
+  }
+  void position_embedding_forward(float* out, const float* wpe, int B, int T, int C) override {
+    cuda::position_embedding_forward(out, wpe, B, T, C, stream_);
+  }
+  void position_embedding_backward(float* dwpe, const float* dout, int B, int T, int C) override {
+    cuda::position_embedding_backward(dwpe, dout, B, T, C, stream_);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int BT, int C) override {
+    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, BT, C, stream_);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int BT, int C) override {
+    float* s = scratch(cuda::layernorm_backward_scratch(BT, C));
+    cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, BT, C, s, stream_);
+  }
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int BT, int C, int OC,
+                      WeightLayout layout) override {
+    cuda::matmul_forward(out, inp, weight, bias, BT, C, OC, layout, cublas_, stream_);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int BT, int C, int OC, WeightLayout layout) override {
+    float* s = dbias ? scratch(cuda::bias_backward_scratch(BT, OC)) : nullptr;
+    cuda::matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, layout, s, cublas_, stream_);
+  }
+  void bias_forward(float* out, const float* bias, int BT, int OC) override {
+    cuda::bias_forward(out, bias, BT, OC, stream_);
+  }
+  void bias_backward(float* dbias, const float* dout, int BT, int OC) override {
+    cuda::bias_backward(dbias, dout, BT, OC, scratch(cuda::bias_backward_scratch(BT, OC)), stream_);
+  }
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) override {
+    cuda::attention_forward(out, att, qkv, B, T, NH, HS, cublas_, stream_);
+  }
+  void attention_backward(float* dqkv, float* scr, const float* dout, const float* qkv, const float* att, int B, int T,
+                          int NH, int HS) override {
+    cuda::attention_backward(dqkv, scr, dout, qkv, att, B, T, NH, HS, cublas_, stream_);
+  }
+  void gelu_forward(float* out, const float* inp, long N) override { cuda::gelu_forward(out, inp, N, stream_); }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, long N) override {
+    cuda::gelu_backward(dinp, inp, dout, N, stream_);
+  }
+  void residual_forward(float* out, const float* a, const float* b, long N) override {
+    cuda::residual_forward(out, a, b, N, stream_);
+  }
+  void residual_backward(float* da, float* db, const float* dout, long N) override {
+    cuda::residual_backward(da, db, dout, N, stream_);
+  }
+  void crossentropy_local_max(float* row_max, const float* logits, int BT, int Vl) override {
+    cuda::crossentropy_local_max(row_max, logits, BT, Vl, stream_);
+  }
+  void crossentropy_local_sums(float* sums, const float* logits, const float* row_max, const int* targets,
+                               const int* local_row, int BT, int Vl) override {
+    cuda::crossentropy_local_sums(sums, logits, row_max, targets, local_row, BT, Vl, stream_);
+  }
+  void crossentropy_loss(float* losses, const float* row_max, const float* sums, int BT) override {
+    cuda::crossentropy_loss(losses, row_max, sums, BT, stream_);
+  }
+  void crossentropy_backward(float* dlogits, const float* logits, const float* row_max, const float* sums,
+                             const int* targets, const int* local_row, float dloss, int BT, int Vl) override {
+    cuda::crossentropy_backward(dlogits, logits, row_max, sums, targets, local_row, dloss, BT, Vl, stream_);
+  }
+  void adamw_update(float* params, const float* grads, float* m, float* v, long n, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, float grad_scale, int t) override {
+    cuda::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t, stream_);
+  }
+  double sum_squares(const float* x, long n) override { return cuda::sum_squares(x, n, sumsq_scratch_, stream_); }
+
+ private:
+  static void warn(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) std::fprintf(stderr, "ntpbench: warning: %s: %s\n", what, cuda_error_text(e).c_str());
+  }
+
+  static bool is_device(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+
+  // Zeroed device memory (at least one element, so the pointer is never null).
+  void* device_alloc(std::size_t bytes) {
+    if (bytes == 0) bytes = sizeof(float);
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      std::size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw std::runtime_error("--backend cuda: cudaMalloc of " + std::to_string(bytes >> 20) + " MiB on GPU " +
+                               std::to_string(device_) + " failed (" + std::to_string(free_b >> 20) + " of " +
+                               std::to_string(total_b >> 20) + " MiB free): " + cuda_error_text(e));
+    }
+    NTP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    return p;
+  }
+
+  // Called from destructors (Arena): reports instead of throwing.
+  void device_free(void* p) {
+    if (!p) return;
+    warn(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // no kernel still uses p
+    warn(cudaFree(p), "cudaFree");
+  }
+
+  // Scratch for the deterministic row reductions; grows, never shrinks.
+  float* scratch(std::size_t floats) {
+    if (floats > scratch_floats_) {
+      if (scratch_) {
+        NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        NTP_CUDA_CHECK(cudaFree(scratch_));
+        scratch_ = nullptr;
+        scratch_floats_ = 0;
+      }
+      NTP_CUDA_CHECK(cudaMalloc(&scratch_, floats * sizeof(float)));
+      scratch_floats_ = floats;
+    }
+    return scratch_;
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  double* sumsq_scratch_ = nullptr;
+  float* scratch_ = nullptr;
+  std::size_t scratch_floats_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int local_rank) { return std::make_unique<CudaBackend>(local_rank); }
+
+}  // namespace ntp
