@@ -32,6 +32,8 @@ class Comm {
 
   // Sub-group of the ranks passing the same colour, ordered by key; nullptr for colour < 0.
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+  // Sub-group of this group's ranks that share this rank's node (collective over the group).
+  virtual std::unique_ptr<Comm> split_node() = 0;
 };
 
 // The whole job (MPI_COMM_WORLD). MPI must be initialised.

@@ -95,7 +95,17 @@ class MpiComm final : public Comm {
           "MPI_Alltoallv");
   }
 
-  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override {
+    MPI_Request req;
+    check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
+    wait_politely(req);
+  }
+
+  std::unique_ptr<Comm> split_node() override {
+    MPI_Comm node;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    return std::make_unique<MpiComm>(node, true);
+  }
 
   std::unique_ptr<Comm> split(int color, int key) override {
     MPI_Comm sub;

@@ -144,10 +144,12 @@ Handle open_attr(hid_t loc, const std::string& obj, const std::string& name) {
 }  // namespace
 
 void set_attr(hid_t loc, const std::string& obj, const std::string& name, const std::string& value) {
+  // Variable-length UTF-8: h5py reads it as str.
   Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
-  H5Tset_size(type, value.empty() ? 1 : value.size());
+  H5Tset_size(type, H5T_VARIABLE);
   H5Tset_cset(type, H5T_CSET_UTF8);
-  write_attr(loc, obj, name, type, type, value.empty() ? "" : value.data());
+  const char* p = value.c_str();
+  write_attr(loc, obj, name, type, type, &p);
 }
 void set_attr(hid_t loc, const std::string& obj, const std::string& name, long long value) {
   write_attr(loc, obj, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &value);

@@ -92,6 +92,7 @@ ParseResult parse_options(int argc, char** argv, bool print) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--check", o.check, "Validate the configuration and the schedule against the job's ranks, then exit");
   app.set_config("--config", "", "Read any of these flags from a TOML file (CLI11 syntax: name = value)");
+  app.allow_config_extras(false);  // a misspelt key in a config file is an error, not a silent default
 
   try {
     app.parse(argc, argv);

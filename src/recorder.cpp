@@ -218,6 +218,12 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops)
   flush();
 }
 
+void Recorder::set_summary(const std::string& name, double value) {
+  h5::ensure_groups(file_->id(), "summary");
+  h5::set_attr(file_->id(), "summary", name, value);
+  flush();
+}
+
 void Recorder::flush() { file_->flush(); }
 
 std::vector<std::int64_t> read_steps_column(hid_t file, const std::string& field) {

@@ -72,6 +72,7 @@ class Recorder {
   std::pair<int, double> roll_back_after(std::int64_t optimizer_step);
   // Writes /summary from the rows and events (wall_seconds: the whole run).
   void write_summary(double wall_seconds, int ranks, double peak_gflops);
+  void set_summary(const std::string& name, double value);
   const std::vector<StepRow>& rows() const { return rows_; }
   void flush();
 

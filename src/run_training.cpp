@@ -151,13 +151,17 @@ int run_training(Options o, Comm& world) {
 
   std::vector<double> gathered(root ? std::size_t(world.size()) * kReportSize : 0);
   std::vector<std::array<double, kPhaseCount>> phase_rows(world.size());
-  const auto t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   std::vector<double> healthy_step_seconds;
   std::vector<char> alive(world.size(), 1);
   std::string last_ckpt;
   double last_step_seconds = 0;
+  double recorder_seconds = 0;  // rank 0's time appending and flushing rows
 
+  world.barrier();  // everyone starts the clock together
+  t0 = std::chrono::steady_clock::now();
+  trainer.clock().take();  // phase accounting starts with the first step
   for (int s = 1; s <= o.steps; ++s) {
     Report mine;
     double recovery_seconds = 0;
@@ -224,9 +228,15 @@ int run_training(Options o, Comm& world) {
     } else {
       r = trainer.step();
     }
-    mine.phases = r.phase_seconds;
+    {
+      // Ranks that trained less (or not at all) wait here for the rest: idle time, and every
+      // rank's phases of this row then end at the same moment.
+      PhaseScope idle(trainer.clock(), Phase::Idle);
+      world.barrier();
+    }
+    const auto waited = trainer.clock().take();
+    for (int k = 0; k < kPhaseCount; ++k) mine.phases[k] = r.phase_seconds[k] + waited[k];
     mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
-    if (!r.trained && cfg.active_replicas() > 0) mine.phases[static_cast<int>(Phase::Idle)] += 0;  // waits below
     world.gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), 0);
     const double t_end = now();
 
@@ -253,7 +263,9 @@ int run_training(Options o, Comm& world) {
         rr.batch.push_back(rp.batch);
         rr.state.push_back(static_cast<signed char>(rp.state));
       }
+      const auto tr = std::chrono::steady_clock::now();
       rec->append(row, rr, phase_rows);
+      recorder_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
       if (r.samples > 0) {
         last_step_seconds = secs;
         if (cfg.active_replicas() == topo.replicas && cfg.live_ranks() == world.size())
@@ -296,6 +308,7 @@ int run_training(Options o, Comm& world) {
     const double wall = now();
     if (!last_ckpt.empty()) rec->set_attr("final_checkpoint", std::filesystem::absolute(last_ckpt).string());
     rec->write_summary(wall, world.size(), peak);
+    rec->set_summary("recorder_seconds", recorder_seconds);
     double tokens = 0, committed = 0, step_s = 0;
     for (const auto& row : rec->rows()) tokens += row.tokens, committed += row.tokens_committed, step_s += row.t_end - row.t_start;
     fmt::print("done: {} steps, {:.0f} tokens ({:.0f} committed) in {:.2f} s | throughput {:.0f} tok/s | goodput "

@@ -27,7 +27,7 @@ constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
     : o_(o), world_(world), topo_(world.size(), world.rank(), o.tp), policy_(parse_policy(o.policy)),
       max_batch_(max_batch), pacer_(o.pacing) {
-  backend_ = make_backend(o.backend, node_comm()->rank());
+  backend_ = make_backend(o.backend, o.backend == "cpu" ? 0 : world.split_node()->rank());
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
   cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost,
                             std::vector<char>(world.size(), 1));
@@ -305,7 +305,6 @@ StepResult Trainer::step() { return step(cfg_.batches()); }
 StepResult Trainer::step(const std::vector<int>& batch) {
   if (static_cast<int>(batch.size()) != topo_.replicas) throw std::logic_error("one batch size per replica");
   StepResult r;
-  clock_.take();  // start this step's phase accounting
   const int T = o_.seq, me = world_.rank();
   r.sample_begin = cursor_;
   r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);

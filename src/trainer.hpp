@@ -32,7 +32,9 @@ struct StepResult {
   long long sample_begin = 0;
   long long samples = 0;     // sequences in the global batch
   int overruns = 0;          // paced compute phases that ran over
-  std::array<double, kPhaseCount> phase_seconds{};  // this rank's
+  // This rank's time per phase since the previous step ended (so a step's recovery and idle
+  // waiting before it are included).
+  std::array<double, kPhaseCount> phase_seconds{};
 };
 
 struct Recovery {

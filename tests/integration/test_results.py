@@ -1,0 +1,105 @@
+"""The results file: every dataset and attribute of results/README.md with its documented type,
+totals that add up, and crash safety (a killed job leaves every completed step readable)."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+
+from conftest import ENV, NTPBENCH, ntpbench, schedule
+
+STEP_FIELDS = {
+    "step": "i8", "optimizer_step": "i8", "t_start": "f8", "t_end": "f8", "sample_begin": "i8", "samples": "i8",
+    "tokens": "i8", "tokens_committed": "i8", "loss": "f8", "grad_norm": "f8", "lr": "f8", "flops": "f8",
+    "mfu": "f8", "live_ranks": "i4", "active_replicas": "i4", "recovery_seconds": "f8", "idle_seconds": "f8",
+    "paced_overrun": "i1",
+}
+EVENT_FIELDS = {"time": "f8", "step": "i8", "kind": "S16", "rank": "i4", "replica": "i4", "bytes": "f8",
+                "duration": "f8", "detail": "S96"}
+STRING_ATTRS = ["schema_version", "ntpbench_version", "git_revision", "start_time", "hosts", "mpi_library_version",
+                "policy", "timing", "config", "data", "blas_core", "blas_config", "OPENBLAS_CORETYPE",
+                "OPENBLAS_L2_SIZE", "peak_gflops_source", "final_checkpoint"]
+INT_ATTRS = ["ranks", "tp", "replicas", "tokens_per_sample", "threads_per_rank"]
+SUMMARY = ["steps", "tokens", "tokens_committed", "wall_seconds", "step_seconds", "productive_seconds",
+           "recovery_seconds", "idle_seconds", "throughput_tokens_per_s", "goodput_tokens_per_s", "ettr",
+           "healthy_throughput_tokens_per_s", "goodput_ratio", "mfu", "failures", "revivals",
+           "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
+           "recovery_recompute_seconds", "heal_bytes", "paced_overrun_steps", "final_loss", "recorder_seconds"]
+
+
+def test_schema(tmp_path):
+    out = tmp_path / "run.h5"
+    text = "events:\n  - {step: 2, kill: [1]}\n  - {step: 4, revive: [1]}\n"
+    ntpbench(4, "--preset", "tiny", "--tp", 2, "--steps", 5, "--schedule", schedule(tmp_path, text), "--out", out,
+             "--quiet")
+    with h5py.File(out) as f:
+        for a in STRING_ATTRS:
+            assert isinstance(f.attrs[a], str), a
+        for a in INT_ATTRS:
+            assert f.attrs[a].dtype == np.int64, a
+        assert f.attrs["peak_gflops_per_rank"].dtype == np.float64
+        assert f.attrs["schema_version"] == "1"
+        assert len(json.loads(f.attrs["hosts"])) == 4
+        assert json.loads(f.attrs["config"])["tp"] == 2
+        s = f["steps"]
+        assert s.maxshape == (None,) and s.chunks is not None  # extendible, chunked
+        for name, dt in STEP_FIELDS.items():
+            assert s.dtype[name] == np.dtype(dt), name
+        e = f["events"]
+        for name, dt in EVENT_FIELDS.items():
+            assert e.dtype[name] == np.dtype(dt), name
+        kinds = [k.decode() for k in e["kind"]]
+        assert {"kill", "revive", "detect", "reconfigure", "heal"} <= set(kinds)
+        n = len(s)
+        assert f["replicas/tp_degree"].shape == (n, 2) and f["replicas/tp_degree"].dtype == np.int32
+        assert f["replicas/batch"].shape == (n, 2) and f["replicas/batch"].dtype == np.int32
+        assert f["replicas/state"].shape == (n, 2) and f["replicas/state"].dtype == np.int8
+        p = f["ranks/phase_times"]
+        assert p.shape == (n, 4, 9) and p.dtype == np.float64
+        assert p.attrs["phases"].split(",")[:3] == ["forward", "backward", "tp_comm"]
+        sm = f["summary"].attrs
+        for k in SUMMARY:
+            assert sm[k].dtype == np.float64, k
+        # Totals add up.
+        rows = s[()]
+        assert sm["tokens"] == rows["tokens"].sum() and sm["tokens_committed"] == rows["tokens_committed"].sum()
+        assert sm["steps"] == n and sm["failures"] == 1 and sm["revivals"] == 1
+        assert np.isclose(sm["step_seconds"], (rows["t_end"] - rows["t_start"]).sum())
+        assert sm["wall_seconds"] >= sm["step_seconds"]
+        # Phases are exclusive: a rank's phases of a row add up to at most the time since the
+        # previous row ended (recovery before a step is charged to that step's row).
+        slot = np.diff(np.r_[0.0, rows["t_end"]])
+        assert (p[()].sum(axis=2) <= slot[:, None] + 5e-3).all()
+        recovery = p[()][:, :, 6]
+        assert recovery[1].max() > 0 and recovery[3].max() > 0  # the kill (step 2) and revival (step 4)
+        assert f["replicas/tp_degree"][1].tolist() == [1, 2]
+
+
+def test_killed_job_leaves_every_completed_step(tmp_path):
+    out = tmp_path / "crash.h5"
+    cmd = ["mpirun", "--oversubscribe", "-np", "4", str(NTPBENCH), "--preset", "tiny", "--tp", "2", "--steps", "200",
+           "--timing", "paced", "--device-gflops", "0.1", "--out", str(out), "--no-final-checkpoint"]
+    p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    printed = 0
+    deadline = time.time() + 120
+    for line in p.stdout:
+        if line.startswith("step "):
+            printed += 1
+        if printed >= 4 or time.time() > deadline:
+            break
+    os.kill(p.pid, signal.SIGKILL)  # the launcher, as Slurm's time limit or kill -9 would
+    p.wait()
+    time.sleep(1)
+    subprocess.run(["pkill", "-9", "-f", str(out)], check=False)  # ranks orphaned by the launcher's death
+    assert printed >= 4
+    with h5py.File(out, "r") as f:
+        rows = f["steps"][()]
+        assert len(rows) >= printed  # a step is printed only after its row is flushed
+        assert rows["step"].tolist() == list(range(1, len(rows) + 1))
+        assert np.isfinite(rows["loss"]).all()
+        assert f["ranks/phase_times"].shape[0] >= printed
+        assert "summary" not in f  # cut short: no summary, and that is visible
