@@ -14,7 +14,8 @@ APT_PACKAGES := build-essential cmake pkg-config git \
   libopenblas-dev libopenblas-openmp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev \
-  python3 python3-venv python3-pip
+  python3 python3-venv python3-pip \
+  slurm-wlm munge
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Open MPI refuses root unless told; ranks may outnumber cores on a workstation.
@@ -30,6 +31,7 @@ help:
 	@echo "make deps    install missing Debian packages and the Python venv for analysis/"
 	@echo "make build   configure and build into $(BUILD)/"
 	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
+	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
 
 deps: apt-deps py-deps
@@ -75,6 +77,27 @@ demo: deps build
 	$(NTPBENCH) --replay results/demo/ntp.h5 --quiet
 	$(PY) -m analysis report $(DEMO_POLICIES:%=results/demo/%.h5) --csv results/demo/report.csv
 	$(PY) -m analysis plot $(DEMO_POLICIES:%=results/demo/%.h5) --out results/demo/plots
+
+# Microbenchmarks (bench/README.md): Google Benchmark JSON in results/bench/, tables printed by
+# bench/report.py. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as the environment has them and
+# recorded; bench-bestblas runs the kernel and step benchmarks with both unset.
+BENCH_OUT := results/bench
+BENCH_JSON = --benchmark_out_format=json --benchmark_color=false --benchmark_out=$(1)
+
+bench: build
+	@mkdir -p $(BENCH_OUT)
+	$(BUILD)/bench/bench_kernels $(call BENCH_JSON,$(BENCH_OUT)/kernels.json)
+	$(BUILD)/bench/bench_step $(call BENCH_JSON,$(BENCH_OUT)/step.json)
+	$(MPIRUN) -np 4 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_comm $(call BENCH_JSON,$(BENCH_OUT)/comm.json)
+	$(MPIRUN) -np 4 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_layer $(call BENCH_JSON,$(BENCH_OUT)/layer.json)
+	$(MPIRUN) -np 8 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_resilience $(call BENCH_JSON,$(BENCH_OUT)/resilience.json)
+	python3 bench/report.py $(BENCH_OUT)
+
+bench-bestblas: build
+	@mkdir -p $(BENCH_OUT)/bestblas
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench/bench_kernels $(call BENCH_JSON,$(BENCH_OUT)/bestblas/kernels.json)
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench/bench_step $(call BENCH_JSON,$(BENCH_OUT)/bestblas/step.json)
+	python3 bench/report.py $(BENCH_OUT)/bestblas
 
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Run ntpbench on this machine with mpirun and sensible defaults; prints the command it runs.
+#
+#   jobs/local/run.sh [-n RANKS] [--dry-run] [ntpbench flags...]
+#   jobs/local/run.sh -n 8 --config jobs/configs/small.toml --schedule jobs/schedules/one-failure.yaml --policy ntp
+#
+# RANKS: -n/-np, else $RANKS, else 8 (TP 4 x DP 2, what jobs/schedules assume). Everything else goes to
+# ntpbench. Defaults it adds, each only when you did not give that flag yourself:
+#   - ranks > cores (nproc): mpirun --oversubscribe --bind-to none, and ntpbench --timing paced (real
+#     wall time means nothing when ranks share cores; see DESIGN.md "Timing");
+#   - ranks <= cores: --bind-to core --map-by core (one rank per core);
+#   - ranks >= cores: one BLAS/OpenMP thread per rank (-x OMP_NUM_THREADS=1, ntpbench --threads 1);
+#     fewer ranks than cores: cores/ranks threads each;
+#   - --out results/local-<date>-<time>.h5;
+#   - as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (Open MPI refuses root otherwise).
+# Environment: NTPBENCH (binary; default <repo>/build/ntpbench), MPIRUN (default mpirun), MPIRUN_ARGS
+# (extra mpirun options, split on spaces).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BIN=${NTPBENCH:-$ROOT/build/ntpbench}
+RANKS=${RANKS:-8}
+DRY=0
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -n | -np | --np) RANKS=${2:?-n needs a rank count}; shift 2 ;;
+    -n* ) RANKS=${1#-n}; shift ;;
+    --dry-run) DRY=1; shift ;;
+    -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+[[ "$RANKS" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: error: rank count '$RANKS' is not a positive integer" >&2; exit 2; }
+[ -x "$BIN" ] || { echo "run.sh: error: no ntpbench at $BIN (run 'make build', or set NTPBENCH)" >&2; exit 2; }
+
+# Is a flag given on the command line or in a --config TOML file?
+has_flag() {
+  local name=$1 a i cfg=""
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    a=${args[i]}
+    case "$a" in
+      --"$name" | --"$name"=*) return 0 ;;
+      --config) cfg=${args[i + 1]:-} ;;
+      --config=*) cfg=${a#*=} ;;
+    esac
+  done
+  [ -n "$cfg" ] && [ -f "$cfg" ] && grep -qE "^[[:space:]]*${name}[[:space:]]*=" "$cfg"
+}
+
+CORES=$(nproc)
+# shellcheck disable=SC2206  # MPIRUN may carry options
+mpi=(${MPIRUN:-mpirun} -np "$RANKS")
+extra=()
+if ((RANKS > CORES)); then
+  mpi+=(--oversubscribe --bind-to none)
+  export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}   # no busy-polling on shared cores
+  has_flag timing || extra+=(--timing paced)
+  note="$RANKS ranks > $CORES cores: oversubscribed, unbound$(has_flag timing || echo ', paced timing')"
+else
+  mpi+=(--bind-to core --map-by core)
+  note="$RANKS ranks <= $CORES cores: one core per rank"
+fi
+if ((RANKS >= CORES)); then THREADS=1; else THREADS=$((CORES / RANKS)); fi
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
+mpi+=(-x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
+if ! has_flag threads; then extra+=(--threads "$THREADS"); fi
+note="$note, $THREADS BLAS thread(s) per rank"
+if ! has_flag out; then
+  mkdir -p "$ROOT/results"
+  extra+=(--out "$ROOT/results/local-$(date +%Y%m%d-%H%M%S).h5")
+fi
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+# shellcheck disable=SC2206
+[ -n "${MPIRUN_ARGS:-}" ] && mpi+=(${MPIRUN_ARGS})
+
+cmd=("${mpi[@]}" "$BIN" "${extra[@]}" "${args[@]}")
+echo "run.sh: $note"
+printf 'run.sh: +'; printf ' %q' "${cmd[@]}"; echo
+[ "$DRY" = 1 ] && exit 0
+exec "${cmd[@]}"
