@@ -168,9 +168,8 @@ std::string get_attr_string(hid_t loc, const std::string& obj, const std::string
   Handle type(H5Aget_type(a), H5Tclose, "attribute type");
   if (H5Tis_variable_str(type) > 0) {
     char* s = nullptr;
-    Handle mt(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
-    H5Tset_size(mt, H5T_VARIABLE);
-    checked(H5Aread(a, mt, &s), "read attribute " + name, 0);
+    // Read with the file's own type: HDF5 does not convert between ASCII and UTF-8 strings.
+    checked(H5Aread(a, type, &s), "read attribute " + name, 0);
     std::string out = s ? s : "";
     H5free_memory(s);
     return out;

@@ -93,9 +93,21 @@ def test_killed_job_leaves_every_completed_step(tmp_path):
             break
     os.kill(p.pid, signal.SIGKILL)  # the launcher, as Slurm's time limit or kill -9 would
     p.wait()
-    time.sleep(1)
-    subprocess.run(["pkill", "-9", "-f", str(out)], check=False)  # ranks orphaned by the launcher's death
+    # The ranks, orphaned by the launcher's death, are killed the same way; wait until they are
+    # gone (a live rank 0 still holds the file's lock).
+    for _ in range(100):
+        subprocess.run(["pkill", "-9", "-f", str(out)], check=False)
+        if subprocess.run(["pgrep", "-f", str(out)], capture_output=True).returncode != 0:
+            break
+        time.sleep(0.1)
     assert printed >= 4
+    # Dying ranks may hold the file's lock a moment longer.
+    for _ in range(50):
+        try:
+            h5py.File(out, "r").close()
+            break
+        except BlockingIOError:
+            time.sleep(0.2)
     with h5py.File(out, "r") as f:
         rows = f["steps"][()]
         assert len(rows) >= printed  # a step is printed only after its row is flushed
