@@ -36,7 +36,6 @@ std::string checkpoint_path(const Options& o, int step) {
 struct Report {
   std::array<double, kPhaseCount> phases{};
   double trained = 0, loss = 0, grad_norm = 0, overruns = 0;
-  double detect = 0, reconfigure = 0, heal = 0, heal_bytes = 0;
 };
 constexpr int kReportSize = sizeof(Report) / sizeof(double);
 
@@ -172,7 +171,6 @@ int run_training(Options o, Comm& world) {
       for (int r : ev.revive) alive[r] = 1;
       const int before = trainer.steps_taken();
       const Recovery rc = trainer.reconfigure(alive);
-      mine.detect = rc.detect, mine.reconfigure = rc.reconfigure, mine.heal = rc.heal, mine.heal_bytes = rc.heal_bytes;
       // The recovery's figures: slowest rank for times, all ranks for bytes.
       double worst[3] = {rc.detect, rc.reconfigure, rc.heal};
       world.allreduce_max(worst, 3);
@@ -185,9 +183,9 @@ int run_training(Options o, Comm& world) {
         const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
         rec->event(make_event(t_event, s, "detect", -1, -1, 0, worst[0], ""));
         rec->event(make_event(t_event + worst[0], s, "reconfigure", -1, -1, 0, worst[1], change));
-        std::string what = fmt::format("step {:5d}: {}{}{} | detect {:.2f} ms | reconfigure {:.2f} ms | ", s,
+        std::string what = fmt::format("step {:5d}: {}{}| detect {:.2f} ms | reconfigure {:.2f} ms | ", s,
                                        ev.kill.empty() ? "" : fmt::format("kill {} ", ev.kill),
-                                       ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive), "", worst[0] * 1e3,
+                                       ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive), worst[0] * 1e3,
                                        worst[1] * 1e3);
         if (rc.restored) {
           rec->event(make_event(t_event + worst[0] + worst[1], s, "restore", -1, -1, bytes, worst[2],

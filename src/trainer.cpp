@@ -63,6 +63,28 @@ std::unique_ptr<GptModel> Trainer::make_model(const ReplicaPlan& rp, int tp_inde
   return m;
 }
 
+// Is every unit of every sharded dimension held by a live rank of a replica whose state is
+// current (it trained the last step)? Replicated tensors then survive too.
+bool Trainer::current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
+                                     const std::vector<char>& alive) const {
+  const ModelConfig& m = o_.model;
+  std::vector<char> held[3] = {std::vector<char>(m.heads, 0), std::vector<char>(m.mlp(), 0),
+                               std::vector<char>(m.vocab, 0)};
+  bool any = false;
+  for (int q = 0; q < topo_.replicas; ++q) {
+    const auto& rp = old_cfg.replicas[q];
+    if (!old_valid[q] || !rp.active()) continue;
+    for (int k = 0; k < 3; ++k) {
+      const auto& map = rp.layout.map(kDims[k]);
+      for (int u = 0; u < map.units(); ++u)
+        if (alive[rp.ranks[map.owner(u)]]) held[k][u] = 1, any = true;
+    }
+  }
+  for (const auto& h : held)
+    if (!std::all_of(h.begin(), h.end(), [](char c) { return c != 0; })) return false;
+  return any;
+}
+
 Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   Recovery rec;
   const int me = world_.rank();
@@ -93,23 +115,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
     sync_.reset(), opt_.reset(), model_.reset();
     valid_.assign(topo_.replicas, 0);
   } else {
-    // Is every unit of every dimension held by a live rank of a replica whose state is current?
-    bool complete = false;
-    std::vector<char> held_heads(o_.model.heads, 0), held_mlp(o_.model.mlp(), 0), held_vocab(o_.model.vocab, 0);
-    std::vector<char>* held[3] = {&held_heads, &held_mlp, &held_vocab};
-    bool any_valid = false;
-    for (int q = 0; q < topo_.replicas; ++q) {
-      const auto& rp = old_cfg.replicas[q];
-      if (!old_valid[q] || !rp.active()) continue;
-      for (int k = 0; k < 3; ++k) {
-        const auto& map = rp.layout.map(kDims[k]);
-        for (int u = 0; u < map.units(); ++u)
-          if (alive[rp.ranks[map.owner(u)]]) (*held[k])[u] = 1, any_valid = true;
-      }
-    }
-    complete = any_valid;
-    for (int k = 0; k < 3 && complete; ++k)
-      complete = std::all_of(held[k]->begin(), held[k]->end(), [](char c) { return c != 0; });
+    const bool complete = current_state_survives(old_cfg, old_valid, alive);
     if (complete)
       heal(old_cfg, old_valid, rec);
     else

@@ -85,6 +85,8 @@ class Trainer {
   void build_comms();
   std::unique_ptr<GptModel> make_model(const ReplicaPlan& rp, int tp_index);
   void restore(Recovery& rec);
+  bool current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
+                              const std::vector<char>& alive) const;
   void heal(const Configuration& old_cfg, const std::vector<char>& old_valid, Recovery& rec);
 
   Options o_;
