@@ -27,12 +27,20 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
 
   const ModelConfig& m = layout.model();
   const int units[3] = {m.heads, m.mlp(), m.vocab};
+  std::vector<ReshardPlan> to, from;
   for (int k = 0; k < 3; ++k) {
     const auto& owners = layout.tp().map(kDims[k]).owners();
     const auto chunks = chunk_map(units[k], n, n2_).owners();
-    to_chunks_.emplace_back(owners, chunks, tp_index, n);
-    from_chunks_.emplace_back(chunks, owners, tp_index, n);
+    to.emplace_back(owners, chunks, tp_index, n);
+    from.emplace_back(chunks, owners, tp_index, n);
+    chunk_units_.push_back(to.back().dst_count());
   }
+  // Replicated gradients: copy j goes from core rank 0's chunk buffer to rank j.
+  std::vector<int> src(n, 0), dst(n), rows(n, tp_index == 0 ? 0 : -1);
+  for (int j = 0; j < n; ++j) dst[j] = j;
+  from.emplace_back(src, dst, tp_index, n, &rows);
+  to_chunks_ = std::make_unique<ReshardPlan>(ReshardPlan::combine(to));
+  from_chunks_ = std::make_unique<ReshardPlan>(ReshardPlan::combine(from));
   // Core rank i's chunk buffer: for each tensor its chunk-i units, then all replicated tensors.
   std::size_t off = 0;
   chunk_offset_.resize(layout.tensor_count());
@@ -41,7 +49,7 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
     chunk_offset_[t] = off;
     if (s.dim == ShardDim::Replicated) continue;
     const int k = s.dim == ShardDim::Heads ? 0 : s.dim == ShardDim::Mlp ? 1 : 2;
-    off += std::size_t(to_chunks_[k].dst_count()) * s.unit_elems;
+    off += std::size_t(chunk_units_[k]) * s.unit_elems;
   }
   if (tp_index_ < n2_) chunk_.resize(off + replicated);
 }
@@ -64,15 +72,20 @@ void GradSync::unpack_replicated(const float* in, float* grads) const {
     }
 }
 
-std::vector<ReshardTensor> GradSync::dim_tensors(ShardDim d, float* grads, bool to_chunks) {
+std::vector<ReshardTensor> GradSync::tensors(float* grads, bool to_chunks) {
   std::vector<ReshardTensor> v;
   const bool core = tp_index_ < n2_;
   for (int t = 0; t < layout_.tensor_count(); ++t) {
     const auto& s = layout_.specs()[t];
-    if (s.dim != d) continue;
+    if (s.dim == ShardDim::Replicated) continue;
+    const int seg = s.dim == ShardDim::Heads ? 0 : s.dim == ShardDim::Mlp ? 1 : 2;
     float* arena = grads + layout_.slot(t).offset;
     float* chunk = core ? chunk_.data() + chunk_offset_[t] : nullptr;
-    v.push_back(to_chunks ? ReshardTensor{arena, chunk, s.unit_elems} : ReshardTensor{chunk, arena, s.unit_elems});
+    v.push_back(to_chunks ? ReshardTensor{arena, chunk, s.unit_elems, seg} : ReshardTensor{chunk, arena, s.unit_elems, seg});
+  }
+  if (!to_chunks) {
+    const float* rep = tp_index_ == 0 ? chunk_.data() + (chunk_.size() - replicated_.size()) : nullptr;
+    v.push_back({rep, replicated_.data(), static_cast<long>(replicated_.size()), 3});
   }
   return v;
 }
@@ -95,9 +108,7 @@ void GradSync::sync(float* grads) {
   auto regroup = [&](bool to_chunks) {
     PhaseScope p(clock_, Phase::Reshard);
     const auto t0 = PhaseClock::clock::now();
-    double sent = 0;
-    for (int k = 0; k < 3; ++k)
-      sent += reshard(tp_, to_chunks ? to_chunks_[k] : from_chunks_[k], dim_tensors(kDims[k], grads, to_chunks));
+    const double sent = reshard(tp_, to_chunks ? *to_chunks_ : *from_chunks_, tensors(grads, to_chunks));
     bytes_ += sent;
     pacer_.pace_transfer(seconds_since(t0), sent, tp_.size() - 1, Link::Tp);
   };
@@ -107,11 +118,8 @@ void GradSync::sync(float* grads) {
     pack_replicated(grads, chunk_.data() + rep_off);
     allreduce(chunk_.data(), chunk_.size());
   }
-  regroup(false);
-  // Every rank takes the replicated gradients from core rank 0 (extras took part in no all-reduce).
+  regroup(false);  // also hands every rank core rank 0's summed replicated gradients
   PhaseScope p(clock_, Phase::Reshard);
-  if (tp_index_ == 0) be_.copy(replicated_.data(), chunk_.data() + rep_off, replicated_.size());
-  tp_.broadcast(replicated_.data(), replicated_.size() * sizeof(float), 0);
   unpack_replicated(replicated_.data(), grads);
 }
 
@@ -132,7 +140,7 @@ double GradSync::global_norm(const float* grads) {
         x = grads + layout_.slot(t).offset, n = layout_.slot(t).elems;
       } else {
         const int k = s.dim == ShardDim::Heads ? 0 : s.dim == ShardDim::Mlp ? 1 : 2;
-        x = chunk_.data() + chunk_offset_[t], n = long(to_chunks_[k].dst_count()) * s.unit_elems;
+        x = chunk_.data() + chunk_offset_[t], n = long(chunk_units_[k]) * s.unit_elems;
       }
       partial[rep ? n2_ : tp_index_] += be_.sum_squares(x, n);
     }

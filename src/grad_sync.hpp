@@ -5,7 +5,9 @@
 // smallest live degree), inside each replica the extra ranks send their gradient slices to the
 // core rank that owns the chunk (reshard, all-to-all in the TP group); core rank i of every
 // replica all-reduce chunk i (one DP all-reduce per sync slot); the reverse reshard returns the
-// extras' slices. Replicated tensors ride along in every slot and are broadcast to the extras.
+// extras' slices. Replicated tensors ride along in every slot; the reverse exchange also carries
+// one copy of them from core rank 0 to every other rank. One exchange per direction: the
+// dimensions' plans are combined into one.
 //
 // The global gradient norm is assembled so that every rank of every replica gets bitwise the same
 // value (one partial per sync slot, summed in slot order), which keeps parameters identical.
@@ -39,7 +41,7 @@ class GradSync {
  private:
   void pack_replicated(const float* grads, float* out) const;
   void unpack_replicated(const float* in, float* grads) const;
-  std::vector<ReshardTensor> dim_tensors(ShardDim d, float* grads, bool to_chunks);
+  std::vector<ReshardTensor> tensors(float* grads, bool to_chunks);
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -50,7 +52,8 @@ class GradSync {
   int tp_index_, n2_;
   bool uniform_;
   // Chunk mode only.
-  std::vector<ReshardPlan> to_chunks_, from_chunks_;  // per sharded dimension (heads, mlp, vocab)
+  std::unique_ptr<ReshardPlan> to_chunks_, from_chunks_;  // segments: heads, mlp, vocab (+ replicated copies)
+  std::vector<int> chunk_units_;                          // per sharded dimension, this rank's chunk units
   std::vector<float> chunk_;                         // core ranks: chunk i of every tensor, then replicated
   std::vector<std::size_t> chunk_offset_;            // per tensor
   std::vector<float> replicated_;                    // packed replicated gradients

@@ -1,5 +1,7 @@
 #include "reshard.hpp"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -11,6 +13,7 @@ ReshardPlan::ReshardPlan(const std::vector<int>& src_owner, const std::vector<in
     : send_units_(comm_size), recv_units_(comm_size) {
   if (src_owner.size() != dst_owner.size()) throw std::invalid_argument("reshard: placements differ in unit count");
   const int units = static_cast<int>(src_owner.size());
+  segment_begin_ = {0, units};
   src_index_.assign(units, -1);
   dst_index_.assign(units, -1);
   for (int u = 0; u < units; ++u) {
@@ -34,22 +37,61 @@ ReshardPlan::ReshardPlan(const std::vector<int>& src_owner, const std::vector<in
   }
 }
 
+ReshardPlan ReshardPlan::combine(const std::vector<ReshardPlan>& parts) {
+  if (parts.empty()) throw std::invalid_argument("reshard: nothing to combine");
+  ReshardPlan c;
+  const std::size_t P = parts[0].send_units_.size();
+  c.send_units_.assign(P, {});
+  c.recv_units_.assign(P, {});
+  c.segment_begin_ = {0};
+  for (const auto& part : parts) {
+    if (part.send_units_.size() != P) throw std::invalid_argument("reshard: plans over different groups");
+    if (part.segments() != 1) throw std::invalid_argument("reshard: combine takes single-segment plans");
+    const int off = c.segment_begin_.back();
+    for (std::size_t p = 0; p < P; ++p) {
+      for (int u : part.send_units_[p]) c.send_units_[p].push_back(off + u);
+      for (int u : part.recv_units_[p]) c.recv_units_[p].push_back(off + u);
+    }
+    for (int u : part.kept_units_) c.kept_units_.push_back(off + u);
+    c.src_index_.insert(c.src_index_.end(), part.src_index_.begin(), part.src_index_.end());
+    c.dst_index_.insert(c.dst_index_.end(), part.dst_index_.begin(), part.dst_index_.end());
+    c.src_count_ += part.src_count_;
+    c.dst_count_ += part.dst_count_;
+    c.segment_begin_.push_back(off + static_cast<int>(part.src_index_.size()));
+  }
+  return c;
+}
+
 long ReshardPlan::units_moved_out() const {
   long n = 0;
   for (const auto& s : send_units_) n += static_cast<long>(s.size());
   return n;
 }
 
+namespace {
+// The units of `list` (ascending) that fall in the tensor's segment.
+std::pair<const int*, const int*> in_segment(const std::vector<int>& list, const ReshardPlan& plan,
+                                             const ReshardTensor& t) {
+  const int* b = std::lower_bound(list.data(), list.data() + list.size(), plan.segment_begin(t.segment));
+  const int* e = std::lower_bound(b, list.data() + list.size(), plan.segment_end(t.segment));
+  return {b, e};
+}
+}  // namespace
+
 double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors) {
   const int P = comm.size();
-  long elems_per_unit_set = 0;  // floats of one unit across all tensors
-  for (const auto& t : tensors) elems_per_unit_set += t.unit_elems;
-
+  for (const auto& t : tensors)
+    if (t.segment < 0 || t.segment >= plan.segments()) throw std::invalid_argument("reshard: no such segment");
   std::vector<int> scount(P), sdispl(P), rcount(P), rdispl(P);
   long stotal = 0, rtotal = 0;
   for (int p = 0; p < P; ++p) {
-    const long s = static_cast<long>(plan.sends()[p].size()) * elems_per_unit_set;
-    const long r = static_cast<long>(plan.recvs()[p].size()) * elems_per_unit_set;
+    long s = 0, r = 0;
+    for (const auto& t : tensors) {
+      auto [sb, se] = in_segment(plan.sends()[p], plan, t);
+      auto [rb, re] = in_segment(plan.recvs()[p], plan, t);
+      s += long(se - sb) * t.unit_elems;
+      r += long(re - rb) * t.unit_elems;
+    }
     if (stotal + s > INT32_MAX || rtotal + r > INT32_MAX)
       throw std::runtime_error("reshard: exchange exceeds 2^31 floats; split the tensors into several calls");
     scount[p] = static_cast<int>(s), sdispl[p] = static_cast<int>(stotal), stotal += s;
@@ -60,25 +102,27 @@ double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTen
   // Pack peer by peer, tensor by tensor, unit by unit; unpack in the same order.
   float* out = sendbuf.data();
   for (int p = 0; p < P; ++p)
-    for (const auto& t : tensors)
-      for (int u : plan.sends()[p]) {
-        std::memcpy(out, t.src + long(plan.src_index(u)) * t.unit_elems, t.unit_elems * sizeof(float));
-        out += t.unit_elems;
-      }
-  for (const auto& t : tensors)
-    for (int u : plan.kept())
-      std::memcpy(t.dst + long(plan.dst_index(u)) * t.unit_elems, t.src + long(plan.src_index(u)) * t.unit_elems,
-                   t.unit_elems * sizeof(float));
+    for (const auto& t : tensors) {
+      auto [b, e] = in_segment(plan.sends()[p], plan, t);
+      for (const int* u = b; u != e; ++u, out += t.unit_elems)
+        std::memcpy(out, t.src + long(plan.src_index(*u)) * t.unit_elems, t.unit_elems * sizeof(float));
+    }
+  for (const auto& t : tensors) {
+    auto [b, e] = in_segment(plan.kept(), plan, t);
+    for (const int* u = b; u != e; ++u)
+      std::memcpy(t.dst + long(plan.dst_index(*u)) * t.unit_elems, t.src + long(plan.src_index(*u)) * t.unit_elems,
+                  t.unit_elems * sizeof(float));
+  }
 
   comm.alltoallv(sendbuf.data(), scount, sdispl, recvbuf.data(), rcount, rdispl);
 
   const float* in = recvbuf.data();
   for (int p = 0; p < P; ++p)
-    for (const auto& t : tensors)
-      for (int u : plan.recvs()[p]) {
-        std::memcpy(t.dst + long(plan.dst_index(u)) * t.unit_elems, in, t.unit_elems * sizeof(float));
-        in += t.unit_elems;
-      }
+    for (const auto& t : tensors) {
+      auto [b, e] = in_segment(plan.recvs()[p], plan, t);
+      for (const int* u = b; u != e; ++u, in += t.unit_elems)
+        std::memcpy(t.dst + long(plan.dst_index(*u)) * t.unit_elems, in, t.unit_elems * sizeof(float));
+    }
   return double(stotal) * sizeof(float);
 }
 

@@ -24,6 +24,10 @@ class ReshardPlan {
   ReshardPlan(const std::vector<int>& src_owner, const std::vector<int>& dst_owner, int my_rank, int comm_size,
               const std::vector<int>* src_rows = nullptr);
 
+  // Several plans as one (one exchange instead of several): unit u of part k becomes unit
+  // offset_k + u of segment k; a tensor names its segment (ReshardTensor::segment).
+  static ReshardPlan combine(const std::vector<ReshardPlan>& parts);
+
   // Units this rank sends to / receives from each peer (ascending), and keeps in place.
   const std::vector<std::vector<int>>& sends() const { return send_units_; }
   const std::vector<std::vector<int>>& recvs() const { return recv_units_; }
@@ -34,8 +38,13 @@ class ReshardPlan {
 
   int src_index(int unit) const { return src_index_[unit]; }
   int dst_index(int unit) const { return dst_index_[unit]; }
+  int segments() const { return static_cast<int>(segment_begin_.size()) - 1; }
+  int segment_begin(int k) const { return segment_begin_[k]; }
+  int segment_end(int k) const { return segment_begin_[k + 1]; }
 
  private:
+  ReshardPlan() = default;
+  std::vector<int> segment_begin_;  // unit ranges of the segments
   std::vector<std::vector<int>> send_units_, recv_units_;
   std::vector<int> kept_units_;
   std::vector<int> src_index_, dst_index_;
@@ -43,9 +52,10 @@ class ReshardPlan {
 };
 
 struct ReshardTensor {
-  const float* src;  // src_count() * unit_elems floats (may be null when src_count() == 0)
-  float* dst;        // dst_count() * unit_elems floats; must not overlap src
+  const float* src;  // the segment's source units (this rank's storage; null where it holds none)
+  float* dst;        // the segment's destination units; must not overlap src
   long unit_elems;
+  int segment = 0;   // which segment of a combined plan the tensor's units are
 };
 
 // Executes the plan for every tensor in one all-to-all over `comm` (every rank of comm calls it).

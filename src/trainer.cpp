@@ -190,6 +190,10 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
       }
       return kNowhere;
     };
+    // One exchange per target replica: a segment per sharded dimension, and one for the
+    // replicated tensors.
+    std::vector<ReshardPlan> parts;
+    std::vector<ReshardTensor> tensors;
     for (int k = 0; k < 3; ++k) {
       const ShardDim d = kDims[k];
       const int units = target.layout.map(d).units();
@@ -200,8 +204,7 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
       }
       std::vector<int> rows;
       if (i_hold) rows = old_cfg.replicas[my_old_q].layout.map(d).local_rows(old_cfg.tp_index_of(me));
-      const ReshardPlan plan(src, dst, live_->rank(), live_->size(), i_hold ? &rows : nullptr);
-      std::vector<ReshardTensor> tensors;
+      parts.emplace_back(src, dst, live_->rank(), live_->size(), i_hold ? &rows : nullptr);
       for (int t = 0; t < static_cast<int>(specs.size()); ++t) {
         if (specs[t].dim != d) continue;
         const long ue = specs[t].unit_elems;
@@ -215,9 +218,8 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
           const std::size_t off = fresh->layout().slot(t).offset;
           o[0] = fresh->params() + off, o[1] = fresh_opt->m() + off, o[2] = fresh_opt->v() + off;
         }
-        for (int j = 0; j < 3; ++j) tensors.push_back({s[j], o[j], ue});
+        for (int j = 0; j < 3; ++j) tensors.push_back({s[j], o[j], ue, k});
       }
-      rec.heal_bytes += reshard(*live_, plan, tensors);
     }
     // Replicated tensors: one copy per rank of the target, each from the rank itself when it
     // holds a current copy, else from the first live rank of a current replica.
@@ -240,8 +242,7 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
         dst[j] = live_rank[w];
         if (src[j] == live_->rank()) rows[j] = 0;  // every copy it serves comes from its one buffer
       }
-      const ReshardPlan plan(src, dst, live_->rank(), live_->size(), i_hold ? &rows : nullptr);
-      std::vector<ReshardTensor> tensors;
+      parts.emplace_back(src, dst, live_->rank(), live_->size(), i_hold ? &rows : nullptr);
       for (int t = 0; t < static_cast<int>(specs.size()); ++t) {
         if (specs[t].dim != ShardDim::Replicated) continue;
         const long ue = specs[t].unit_elems;
@@ -256,11 +257,11 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
             const std::size_t off = fresh->layout().slot(t).offset;
             o = (j == 0 ? fresh->params() : j == 1 ? fresh_opt->m() : fresh_opt->v()) + off;
           }
-          tensors.push_back({s, o, ue});
+          tensors.push_back({s, o, ue, 3});
         }
       }
-      rec.heal_bytes += reshard(*live_, plan, tensors);
     }
+    rec.heal_bytes += reshard(*live_, ReshardPlan::combine(parts), tensors);
   }
   if (fresh) {
     sync_.reset();

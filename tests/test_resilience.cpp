@@ -59,6 +59,50 @@ TEST(Reshard, RandomPlacementsLandWhereTheTargetSays) {
   }
 }
 
+// Several plans combined into one exchange move each segment's tensors as the separate plans would.
+TEST(Reshard, CombinedPlansMoveEverySegment) {
+  auto world = world_comm();
+  const int P = world->size(), me = world->rank();
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 10; ++trial) {
+    std::vector<ReshardPlan> parts;
+    std::vector<std::vector<int>> srcs, dsts;
+    const int segments = 1 + int(rng() % 3);
+    for (int k = 0; k < segments; ++k) {
+      const int units = 1 + int(rng() % 20);
+      std::vector<int> src(units), dst(units);
+      for (int u = 0; u < units; ++u) src[u] = int(rng() % P), dst[u] = int(rng() % P);
+      parts.emplace_back(src, dst, me, P);
+      srcs.push_back(src), dsts.push_back(dst);
+    }
+    const ReshardPlan plan = ReshardPlan::combine(parts);
+    ASSERT_EQ(plan.segments(), segments);
+    // Two tensors per segment with different unit sizes; value = 1e4 * segment + 100 * unit + element.
+    std::vector<std::vector<float>> in, out;
+    std::vector<ReshardTensor> tensors;
+    std::vector<long> ues;
+    for (int k = 0; k < segments; ++k)
+      for (long ue : {1L, 3L}) {
+        std::vector<float> mine, got(std::size_t(parts[k].dst_count()) * ue, -1.0f);
+        for (int u = 0; u < int(srcs[k].size()); ++u)
+          if (srcs[k][u] == me)
+            for (long e = 0; e < ue; ++e) mine.push_back(1e4f * k + 100.0f * u + e);
+        in.push_back(std::move(mine)), out.push_back(std::move(got)), ues.push_back(ue);
+      }
+    for (std::size_t i = 0; i < in.size(); ++i) tensors.push_back({in[i].data(), out[i].data(), ues[i], int(i / 2)});
+    reshard(*world, plan, tensors);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const int k = int(i / 2);
+      long j = 0;
+      for (int u = 0; u < int(dsts[k].size()); ++u)
+        if (dsts[k][u] == me)
+          for (long e = 0; e < ues[i]; ++e, ++j) EXPECT_EQ(out[i][j], 1e4f * k + 100.0f * u + e);
+    }
+  }
+}
+
 TEST(NtpLayout, MatchesThePapersExample) {
   // 24 heads, TP 8 beside replicas at TP 6: core ranks {0,1,2}, {4,5,6}, ...; extras {3,7,11}, {15,19,23}.
   const ShardMap m = core_extra_map(24, 8, 6);
