@@ -115,7 +115,7 @@ int run_training(Options o, Comm& world) {
     world.barrier();  // measure with every rank busy at once, as in the steps
     peak = measure_sgemm_gflops();
     world.allreduce_max(&peak, 1);
-    peak_source = fmt::format("cblas_sgemm 384^3 measured at start-up, {} thread(s) per rank, fastest rank", threads);
+    peak_source = fmt::format("cblas_sgemm 1024^3 measured at start-up, {} thread(s) per rank, fastest rank", threads);
   }
 
   std::unique_ptr<Recorder> rec;
