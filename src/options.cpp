@@ -90,6 +90,8 @@ ParseResult parse_options(int argc, char** argv, bool print) {
       ->check(CLI::Range(1.0, 1.3));
   app.add_option("--backend", o.backend, "Where kernels run: cpu (OpenBLAS + OpenMP) or cuda (cuBLAS, one GPU per rank)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--allow-gpu-sharing", o.allow_gpu_sharing,
+               "With --backend cuda: allow more ranks than GPUs on a node (ranks then share GPUs)");
   app.add_flag("--check", o.check, "Validate the configuration and the schedule against the job's ranks, then exit");
   app.set_config("--config", "", "Read any of these flags from a TOML file (CLI11 syntax: name = value)");
   app.allow_config_extras(false);  // a misspelt key in a config file is an error, not a silent default
@@ -158,6 +160,7 @@ nlohmann::json to_json(const Options& o) {
       {"peak_gflops", o.peak_gflops},
       {"schedule", o.schedule},
       {"backend", o.backend},
+      {"allow_gpu_sharing", o.allow_gpu_sharing},
       {"policy", o.policy},
       {"timing", o.timing},
       {"pacing",
@@ -198,6 +201,7 @@ Options options_from_json(const nlohmann::json& j) {
   o.peak_gflops = j.at("peak_gflops");
   o.schedule = j.value("schedule", "");
   o.backend = j.value("backend", "cpu");
+  o.allow_gpu_sharing = j.value("allow_gpu_sharing", false);
   o.policy = j.value("policy", "ntp");
   o.timing = j.value("timing", "wall");
   if (j.contains("pacing")) {

@@ -42,6 +42,7 @@ struct Options {
   PacingConfig pacing;
   bool check = false;            // validate configuration and schedule, then exit
   std::string backend = "cpu";   // cpu or cuda (kernels and memory; see src/backend.hpp)
+  bool allow_gpu_sharing = false;  // cuda: let several ranks share one GPU
 };
 
 // Parses argv. Returns the options, or an exit code when the program should stop (after --help:

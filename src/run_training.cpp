@@ -111,6 +111,9 @@ int run_training(Options o, Comm& world) {
   if (peak <= 0 && o.pacing.enabled) {
     peak = o.pacing.device_gflops;
     peak_source = "--device-gflops (paced timing)";
+  } else if (peak <= 0 && o.backend != "cpu") {
+    peak_source = "unknown: pass --peak-gflops (the device's peak) for MFU";
+    if (root) fmt::print("note: --backend {} without --peak-gflops: MFU is not reported\n", o.backend);
   } else if (peak <= 0) {
     world.barrier();  // measure with every rank busy at once, as in the steps
     peak = measure_sgemm_gflops();
@@ -250,7 +253,7 @@ int run_training(Options o, Comm& world) {
       const double secs = t_end - t_start;
       const long long tokens = r.samples * o.seq;
       const double flops = training_flops(o.model, r.samples, o.seq);
-      const double mfu = secs > 0 ? flops / (secs * world.size() * peak * 1e9) : 0;
+      const double mfu = secs > 0 && peak > 0 ? flops / (secs * world.size() * peak * 1e9) : std::nan("");
       const double nan = std::nan("");
       StepRow row{s, trainer.steps_taken(), t_start, t_end, r.sample_begin, r.samples, tokens, tokens,
                   r.samples ? agg.loss : nan, r.samples ? agg.grad_norm : nan, r.lr, flops, mfu, cfg.live_ranks(),

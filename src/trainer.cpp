@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
@@ -27,6 +28,8 @@ constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
     : o_(o), world_(world), topo_(world.size(), world.rank(), o.tp), policy_(parse_policy(o.policy)),
       max_batch_(max_batch), pacer_(o.pacing) {
+  // The CUDA backend reads this when it picks a GPU (src/backend_cuda.cu).
+  if (o.allow_gpu_sharing) setenv("NTPBENCH_ALLOW_GPU_SHARING", "1", 1);
   backend_ = make_backend(o.backend, o.backend == "cpu" ? 0 : world.split_node()->rank());
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
   cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost,
