@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "comm.hpp"
+#include "comm_mpi.hpp"
 
 namespace ntp {
 
@@ -130,6 +131,8 @@ class MpiComm final : public Comm {
 };
 
 }  // namespace
+
+std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned) { return std::make_unique<MpiComm>(comm, owned); }
 
 std::unique_ptr<Comm> world_comm() { return std::make_unique<MpiComm>(MPI_COMM_WORLD, false); }
 

@@ -1,22 +1,19 @@
 // NCCL implementation of the communication seam; see comm_nccl.hpp for the rules.
 #include "comm_nccl.hpp"
 
+#include "comm_mpi.hpp"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 namespace ntp {
 
 namespace {
-
-// MPI counts are int: large host buffers go in pieces (as comm_mpi.cpp).
-constexpr std::size_t kMaxChunk = std::size_t(1) << 30;
 
 void mpi_check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI error in ") + what);
@@ -30,12 +27,6 @@ void nccl_check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) throw std::runtime_error(std::string("NCCL error in ") + what + ": " + ncclGetErrorString(r));
 }
 
-template <typename T>
-MPI_Datatype mpi_type();
-template <>
-MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
-template <>
-MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 template <typename T>
 ncclDataType_t nccl_type();
 template <>
@@ -54,22 +45,12 @@ bool is_device(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-// As comm_mpi.cpp: completes a request, yielding the core between polls.
-void wait_politely(MPI_Request& req) {
-  int done = 0;
-  for (int spin = 0; spin < 200 && !done; ++spin) mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-  while (!done) {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-    mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-  }
-}
-
 class NcclComm final : public Comm {
  public:
   // Takes ownership of `comm` (freed in the destructor). The NCCL communicator is made on first
   // use with a device buffer (see nccl()), so a group used only for host data (or only to learn
   // node-local ranks before the GPU is chosen: split_node()) never touches the GPU.
-  explicit NcclComm(MPI_Comm comm) : comm_(comm) {
+  explicit NcclComm(MPI_Comm comm) : comm_(comm), host_(make_mpi_comm(comm, false)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -87,10 +68,19 @@ class NcclComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void allreduce_sum(float* buf, std::size_t n) override { allreduce(buf, n, ncclSum, MPI_SUM); }
-  void allreduce_sum(double* buf, std::size_t n) override { allreduce(buf, n, ncclSum, MPI_SUM); }
-  void allreduce_max(float* buf, std::size_t n) override { allreduce(buf, n, ncclMax, MPI_MAX); }
-  void allreduce_max(double* buf, std::size_t n) override { allreduce(buf, n, ncclMax, MPI_MAX); }
+  // Host buffers and host-only calls go to the MPI communicator over the same group.
+  void allreduce_sum(float* buf, std::size_t n) override {
+    if (!device_allreduce(buf, n, ncclSum)) host_->allreduce_sum(buf, n);
+  }
+  void allreduce_sum(double* buf, std::size_t n) override {
+    if (!device_allreduce(buf, n, ncclSum)) host_->allreduce_sum(buf, n);
+  }
+  void allreduce_max(float* buf, std::size_t n) override {
+    if (!device_allreduce(buf, n, ncclMax)) host_->allreduce_max(buf, n);
+  }
+  void allreduce_max(double* buf, std::size_t n) override {
+    if (!device_allreduce(buf, n, ncclMax)) host_->allreduce_max(buf, n);
+  }
 
   void broadcast(void* buf, std::size_t bytes, int root) override {
     if (size_ == 1 || bytes == 0) return;
@@ -101,37 +91,14 @@ class NcclComm final : public Comm {
       end();
       return;
     }
-    auto* p = static_cast<char*>(buf);
-    for (std::size_t off = 0; off < bytes; off += kMaxChunk) {
-      const int n = static_cast<int>(std::min(kMaxChunk, bytes - off));
-      mpi_check(MPI_Bcast(p + off, n, MPI_BYTE, root, comm_), "MPI_Bcast");
-    }
+    host_->broadcast(buf, bytes, root);
   }
 
-  std::vector<int> allgather(int value) override {
-    std::vector<int> all(size_);
-    mpi_check(MPI_Allgather(&value, 1, MPI_INT, all.data(), 1, MPI_INT, comm_), "MPI_Allgather");
-    return all;
-  }
-
+  std::vector<int> allgather(int value) override { return host_->allgather(value); }
   void gather(const double* send, std::size_t n, double* recv, int root) override {
-    MPI_Request req;
-    mpi_check(MPI_Igather(send, static_cast<int>(n), MPI_DOUBLE, recv, static_cast<int>(n), MPI_DOUBLE, root, comm_,
-                          &req),
-              "MPI_Igather");
-    wait_politely(req);
+    host_->gather(send, n, recv, root);
   }
-
-  std::vector<std::string> gather(const std::string& s, int root) override {
-    constexpr int kLen = 256;
-    char mine[kLen] = {};
-    s.copy(mine, kLen - 1);
-    std::vector<char> all(rank_ == root ? std::size_t(size_) * kLen : 0);
-    mpi_check(MPI_Gather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, root, comm_), "MPI_Gather");
-    std::vector<std::string> out;
-    for (int r = 0; rank_ == root && r < size_; ++r) out.emplace_back(all.data() + std::size_t(r) * kLen);
-    return out;
-  }
+  std::vector<std::string> gather(const std::string& s, int root) override { return host_->gather(s, root); }
 
   // Grouped ncclSend/ncclRecv when the buffers are on the device; MPI_Alltoallv when on the
   // host. A rank with nothing to move cannot tell from its pointers, so the group agrees first.
@@ -142,12 +109,7 @@ class NcclComm final : public Comm {
     const bool send_dev = is_device(send), recv_dev = is_device(recv);
     int kind = (stotal > 0 && send_dev) || (rtotal > 0 && recv_dev) ? 2 : (stotal > 0 || rtotal > 0) ? 1 : 0;
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, &kind, 1, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce(alltoallv kind)");
-    if (kind < 2) {
-      mpi_check(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), MPI_FLOAT, recv, recv_counts.data(),
-                              recv_displs.data(), MPI_FLOAT, comm_),
-                "MPI_Alltoallv");
-      return;
-    }
+    if (kind < 2) return host_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if ((stotal > 0 && !send_dev) || (rtotal > 0 && !recv_dev))
       throw std::invalid_argument("NCCL alltoallv: host and device buffers mixed across the group");
     ncclComm_t c = nccl();
@@ -175,10 +137,7 @@ class NcclComm final : public Comm {
   // group that only ever synchronises (the whole job, node groups).
   void barrier() override {
     if (nccl_) begin();
-    if (size_ == 1) return;
-    MPI_Request req;
-    mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
-    wait_politely(req);
+    if (size_ > 1) host_->barrier();
   }
 
   std::unique_ptr<Comm> split_node() override {
@@ -217,23 +176,20 @@ class NcclComm final : public Comm {
   void begin() { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
   void end() { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
+  // NCCL all-reduce of a device buffer; false (nothing done) for a host buffer.
   template <typename T>
-  void allreduce(T* buf, std::size_t n, ncclRedOp_t op, MPI_Op mop) {
-    if (size_ == 1 || n == 0) return;
-    if (is_device(buf)) {
-      ncclComm_t c = nccl();
-      begin();
-      nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), op, c, stream_), "ncclAllReduce");
-      end();
-      return;
-    }
-    for (std::size_t off = 0; off < n; off += kMaxChunk) {
-      const int count = static_cast<int>(std::min(kMaxChunk, n - off));
-      mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + off, count, mpi_type<T>(), mop, comm_), "MPI_Allreduce");
-    }
+  bool device_allreduce(T* buf, std::size_t n, ncclRedOp_t op) {
+    if (size_ == 1 || n == 0) return true;
+    if (!is_device(buf)) return false;
+    ncclComm_t c = nccl();
+    begin();
+    nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), op, c, stream_), "ncclAllReduce");
+    end();
+    return true;
   }
 
   MPI_Comm comm_;
+  std::unique_ptr<Comm> host_;  // MPI over comm_ (not owning it)
   int rank_ = 0, size_ = 1;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
