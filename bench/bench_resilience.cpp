@@ -93,22 +93,6 @@ double max_timed(MPI_Comm comm, F&& fn, bool sleepy) {
 // ---------------------------------------------------------------------------------------------
 // NTP gradient sync
 
-// Replicas over consecutive world ranks, each at its own degree (as tests/test_resilience.cpp).
-Configuration make_config(const ModelConfig& m, const std::vector<int>& degrees) {
-  Configuration c;
-  int next = 0;
-  c.n2 = *std::min_element(degrees.begin(), degrees.end());
-  for (int d : degrees) {
-    ReplicaPlan rp;
-    for (int k = 0; k < d; ++k) rp.ranks.push_back(next++);
-    rp.state = ReplicaState::Healthy;
-    rp.batch = 1;
-    rp.layout = core_extra_layout(m, d, c.n2);
-    c.replicas.push_back(rp);
-  }
-  c.alive.assign(next, 1);
-  return c;
-}
 
 // One configuration's sync on this rank (or nothing, when this rank is outside it). Construction
 // is collective over the world (communicator splits).
@@ -123,7 +107,8 @@ struct SyncSetup {
   std::unique_ptr<GradSync> sync;
   std::vector<float> grads;
 
-  SyncSetup(Comm& world, const ModelConfig& m, const std::vector<int>& degrees) : cfg(make_config(m, degrees)) {
+  SyncSetup(Comm& world, const ModelConfig& m, const std::vector<int>& degrees)
+      : cfg(configuration_for_degrees(m, degrees)) {
     const int me = world.rank();
     const int need = int(cfg.alive.size());
     q = me < need ? cfg.replica_of(me) : -1;

@@ -115,6 +115,22 @@ Configuration plan_configuration(Policy policy, const Topology& topo, const Mode
   return c;
 }
 
+Configuration configuration_for_degrees(const ModelConfig& m, const std::vector<int>& degrees) {
+  Configuration c;
+  int next = 0;
+  c.n2 = *std::min_element(degrees.begin(), degrees.end());
+  for (int d : degrees) {
+    ReplicaPlan rp;
+    for (int k = 0; k < d; ++k) rp.ranks.push_back(next++);
+    rp.state = ReplicaState::Healthy;
+    rp.batch = 1;
+    rp.layout = core_extra_layout(m, d, c.n2);
+    c.replicas.push_back(rp);
+  }
+  c.alive.assign(next, 1);
+  return c;
+}
+
 std::string format_degrees(const std::vector<int>& degrees) { return fmt::format("{}", degrees); }
 
 }  // namespace ntp

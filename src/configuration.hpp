@@ -59,6 +59,10 @@ struct Configuration {
 Configuration plan_configuration(Policy policy, const Topology& topo, const ModelConfig& m, int B, double boost,
                                  const std::vector<char>& alive);
 
+// Replicas over consecutive ranks 0.., replica k at degrees[k] with the NTP layout for the
+// smallest degree: a configuration made by hand (tests and benchmarks of the sync).
+Configuration configuration_for_degrees(const ModelConfig& m, const std::vector<int>& degrees);
+
 std::string format_degrees(const std::vector<int>& degrees);  // "[3, 4]"
 
 }  // namespace ntp

@@ -152,22 +152,6 @@ TEST(Configuration, EachPolicySetsDegreesAndBatches) {
   EXPECT_EQ(plan_configuration(Policy::Ntp, topo, m, 2, 1.3, alive).degrees(), (std::vector<int>{4, 0}));
 }
 
-// A hand-made configuration of replicas over the world's ranks, each at its own degree.
-Configuration make_config(const ModelConfig& m, const std::vector<int>& degrees) {
-  Configuration c;
-  int next = 0;
-  c.n2 = *std::min_element(degrees.begin(), degrees.end());
-  for (int d : degrees) {
-    ReplicaPlan rp;
-    for (int k = 0; k < d; ++k) rp.ranks.push_back(next++);
-    rp.state = ReplicaState::Healthy;
-    rp.batch = 1;
-    rp.layout = core_extra_layout(m, d, c.n2);
-    c.replicas.push_back(rp);
-  }
-  c.alive.assign(next, 1);
-  return c;
-}
 
 // A deterministic gradient value for replica q, tensor t, canonical element e.
 float grad_value(int q, int t, long e) {
@@ -185,7 +169,7 @@ TEST_P(NtpSync, EqualsTheUnshardedSum) {
   const int need = std::accumulate(degrees.begin(), degrees.end(), 0);
   if (need > world_size()) GTEST_SKIP() << "needs " << need << " ranks";
   ModelConfig m{48, 8, 1, 12, 24};  // 12 heads, 96 MLP columns, 48 vocabulary rows
-  const Configuration cfg = make_config(m, degrees);
+  const Configuration cfg = configuration_for_degrees(m, degrees);
   auto world = world_comm();
   const int me = world->rank();
   const int q = me < need ? cfg.replica_of(me) : -1, idx = q >= 0 ? cfg.tp_index_of(me) : -1;
