@@ -23,6 +23,7 @@
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/residual.hpp"
+#include "kernel_check.hpp"
 
 namespace ntp {
 std::unique_ptr<Backend> make_cuda_backend(int local_rank);  // src/backend_cuda.cu
@@ -30,43 +31,13 @@ std::unique_ptr<Backend> make_cuda_backend(int local_rank);  // src/backend_cuda
 
 namespace {
 
-using Vec = std::vector<float>;
+using ntp::test::Vec;
+using ntp::test::rel_err;
 using Ints = std::vector<int>;
 using ntp::cpu::WeightLayout;
 
 constexpr double kTol = 1e-5;
 
-struct Rng {
-  unsigned seed = std::random_device{}();
-  std::mt19937 gen{seed};
-  Vec vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    Vec v(n);
-    for (float& x : v) x = d(gen);
-    return v;
-  }
-  int uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
-};
-
-#define SEEDED_RNG(rng) \
-  Rng rng;              \
-  SCOPED_TRACE("seed=" + std::to_string(rng.seed))
-
-// max |got - ref| / max(1, max |ref|)
-double rel_err(const Vec& got, const Vec& ref) {
-  double diff = 0.0, scale = 1.0;
-  for (size_t i = 0; i < ref.size(); i++) {
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
-  }
-  return diff / scale;
-}
-
-#define EXPECT_CLOSE(got, ref, tol)            \
-  do {                                         \
-    ASSERT_EQ((got).size(), (ref).size());     \
-    EXPECT_LE(rel_err(got, ref), tol) << #got; \
-  } while (0)
 
 std::string shape(std::initializer_list<long> dims) {
   std::string s = "shape=";
@@ -88,7 +59,7 @@ std::string gpu_unavailable() {
 }
 
 // A vocabulary-parallel ownership map: local rows in ascending token order, -1 if not owned.
-Ints random_local_rows(Rng& rng, int V, int& Vl) {
+Ints random_local_rows(ntp::test::Rng& rng, int V, int& Vl) {
   Ints local_row(V);
   Vl = 0;
   for (int tok = 0; tok < V; tok++) local_row[tok] = rng.uniform(0, 1) ? Vl++ : -1;

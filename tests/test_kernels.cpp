@@ -24,49 +24,18 @@
 #include "kernels/cpu/reference/matmul.hpp"
 #include "kernels/cpu/reference/residual.hpp"
 #include "kernels/cpu/residual.hpp"
+#include "kernel_check.hpp"
 
 namespace {
 
-using Vec = std::vector<float>;
+using ntp::test::Vec;
+using ntp::test::rel_err;
 using ntp::cpu::WeightLayout;
 
 constexpr double kTol = 1e-5;    // fast vs reference
 constexpr double kFdTol = 1e-2;  // reference backward vs central differences
 constexpr float kFdStep = 1e-3f;
 
-struct Rng {
-  unsigned seed = std::random_device{}();
-  std::mt19937 gen{seed};
-
-  Vec vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    Vec v(n);
-    for (float& x : v) x = d(gen);
-    return v;
-  }
-  int uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); }
-};
-
-// Declares `rng` and traces its seed, so any failure in the test reports how to reproduce it.
-#define SEEDED_RNG(rng) \
-  Rng rng;              \
-  SCOPED_TRACE("seed=" + std::to_string(rng.seed))
-
-// max |got - ref| / max(1, max |ref|)
-double rel_err(const Vec& got, const Vec& ref) {
-  double diff = 0.0, scale = 1.0;
-  for (size_t i = 0; i < ref.size(); i++) {
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - ref[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
-  }
-  return diff / scale;
-}
-
-#define EXPECT_CLOSE(got, ref, tol)            \
-  do {                                         \
-    ASSERT_EQ((got).size(), (ref).size());     \
-    EXPECT_LE(rel_err(got, ref), tol) << #got; \
-  } while (0)
 
 // max |analytic - numeric| / max |analytic|, for finite-difference checks.
 double fd_err(const Vec& analytic, const Vec& numeric) {
@@ -183,7 +152,7 @@ TEST(AdamW, UpdateAndSumSquares) {
 
 // ---------------------------------------------------------------------------------------------
 // A vocabulary-parallel ownership map: rank-local rows in ascending token order, -1 if not owned.
-std::vector<int> random_local_rows(Rng& rng, int V, int& Vl) {
+std::vector<int> random_local_rows(ntp::test::Rng& rng, int V, int& Vl) {
   std::vector<int> local_row(V);
   Vl = 0;
   for (int tok = 0; tok < V; tok++) local_row[tok] = rng.uniform(0, 1) ? Vl++ : -1;
