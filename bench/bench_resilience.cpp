@@ -66,29 +66,11 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-double max_over(MPI_Comm comm, double x) {
-  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);
-  return x;
-}
 double sum_over(MPI_Comm comm, double x) {
   MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm);
   return x;
 }
 
-// Like mpi_timed, but returns the time (max over comm) instead of setting the iteration time, so
-// one iteration can time several interleaved things and report medians.
-template <typename F>
-double max_timed(MPI_Comm comm, F&& fn, bool sleepy) {
-  if (sleepy)
-    sleepy_barrier(comm);
-  else
-    MPI_Barrier(comm);
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (sleepy) sleepy_barrier(comm);
-  return max_over(comm, s);
-}
 
 // ---------------------------------------------------------------------------------------------
 // NTP gradient sync

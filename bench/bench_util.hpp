@@ -41,21 +41,33 @@ void add_wrong(long long n);
 // the (possibly oversubscribed) cores to the ranks that compute. Not for timed regions.
 void sleepy_barrier(MPI_Comm comm);
 
-// Runs fn() once between a barrier and the clock, and sets the iteration time to the largest
-// time any rank of comm took (UseManualTime). Returns that time in seconds. sleepy: the
-// synchronisation around the timed region sleeps instead of spinning (for benchmarks where some
-// ranks idle while others compute on oversubscribed cores).
+inline double max_over(MPI_Comm comm, double x) {
+  MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return x;
+}
+
+// Runs fn on every rank between synchronisations and returns the longest time any rank of comm
+// took (so one iteration can time several interleaved things and report medians).
 template <typename F>
-double mpi_timed(benchmark::State& state, MPI_Comm comm, F&& fn, bool sleepy = false) {
+double max_timed(MPI_Comm comm, F&& fn, bool sleepy = false) {
   if (sleepy)
     sleepy_barrier(comm);
   else
     MPI_Barrier(comm);
   const auto t0 = std::chrono::steady_clock::now();
   fn();
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (sleepy) sleepy_barrier(comm);  // ranks done early sleep rather than spin in the reduction
-  MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return max_over(comm, s);
+}
+
+// Runs fn() once between a barrier and the clock, and sets the iteration time to the largest
+// time any rank of comm took (UseManualTime). Returns that time in seconds. sleepy: the
+// synchronisation around the timed region sleeps instead of spinning (for benchmarks where some
+// ranks idle while others compute on oversubscribed cores).
+template <typename F>
+double mpi_timed(benchmark::State& state, MPI_Comm comm, F&& fn, bool sleepy = false) {
+  const double s = max_timed(comm, fn, sleepy);
   state.SetIterationTime(s);
   return s;
 }
