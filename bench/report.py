@@ -143,10 +143,12 @@ def report_resilience(doc, title):
         if r.get("error_occurred"):
             msg = r.get("error_message", "skipped")
             (rows_sync if kind == "ntp_sync" else rows_heal).append(
-                [model, what] + ["-"] * (8 if kind == "ntp_sync" else 7) + [msg])
+                [model, what] + ["-"] * (10 if kind == "ntp_sync" else 7) + [msg])
             continue
         if kind == "ntp_sync":
-            rows_sync.append([model, what, fmt(r["ntp_ms"], 1), fmt(r["uniform_ms"], 1), fmt(r["ntp/uniform"], 2) + "x",
+            rows_sync.append([model, what, fmt(r["exposed_ntp_ms"], 1), fmt(r["exposed_uniform_ms"], 1),
+                              fmt(r["exposed_ntp/uniform"], 2) + "x",
+                              fmt(r["ntp_ms"], 1), fmt(r["uniform_ms"], 1), fmt(r["ntp/uniform"], 2) + "x",
                               fmt(r["healthy_ms"], 1) if "healthy_ms" in r else "-",
                               fmt(r["r0_reshard_ms"], 1), fmt(r["r0_allreduce_ms"], 1),
                               int(r["allreduce_bytes"]), int(r["ntp_bytes_sent"]), int(r.get("wrong", 0))])
@@ -155,7 +157,8 @@ def report_resilience(doc, title):
                               fmt(r["kill_heal/step"], 2), fmt(r["revive_heal_ms"], 0), fmt(r["revive_heal_MB"], 1),
                               fmt(r["revive_heal/step"], 2), ""])
     table(f"{title}: NTP gradient sync vs uniform all-reduce of the same bytes (medians; {context(doc)})",
-          ["model", "TP pair", "ntp ms", "uniform ms", "ntp/uniform (target <= 1.10x)", "healthy ms",
+          ["model", "TP pair", "overlapped: ntp ms", "uniform ms", "ntp/uniform (target <= 1.10x)",
+           "serial: ntp ms", "uniform ms", "ntp/uniform", "healthy ms",
            "r0 reshard ms", "r0 allreduce ms", "allreduce bytes/rank", "ntp bytes sent (max)", "#wrong"], rows_sync)
     table(f"{title}: healing vs step time (medians; {context(doc)})",
           ["model", "layout", "step ms", "kill heal ms", "kill heal MB", "kill heal/step", "revive heal ms",

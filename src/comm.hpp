@@ -8,6 +8,16 @@
 
 namespace ntp {
 
+// A nonblocking operation in flight. Its buffers must stay untouched until it completes;
+// destroying an unfinished request waits for it.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  // Progresses the operation; true once it has completed.
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -28,6 +38,13 @@ class Comm {
   // Personalised exchange of floats: send_counts[r] floats from send + send_displs[r] go to rank r.
   virtual void alltoallv(const float* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs,
                          float* recv, const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) = 0;
+  // The same exchange, started and left in flight (the NTP sync overlaps its regroups with the
+  // backward pass this way). This default runs the blocking call and returns a finished request;
+  // implementations with real nonblocking exchanges override it.
+  virtual std::unique_ptr<CommRequest> ialltoallv(const float* send, const std::vector<int>& send_counts,
+                                                  const std::vector<int>& send_displs, float* recv,
+                                                  const std::vector<int>& recv_counts,
+                                                  const std::vector<int>& recv_displs);
   virtual void barrier() = 0;
 
   // Sub-group of the ranks passing the same colour, ordered by key; nullptr for colour < 0.
@@ -35,6 +52,18 @@ class Comm {
   // Sub-group of this group's ranks that share this rank's node (collective over the group).
   virtual std::unique_ptr<Comm> split_node() = 0;
 };
+
+inline std::unique_ptr<CommRequest> Comm::ialltoallv(const float* send, const std::vector<int>& send_counts,
+                                                    const std::vector<int>& send_displs, float* recv,
+                                                    const std::vector<int>& recv_counts,
+                                                    const std::vector<int>& recv_displs) {
+  struct Finished final : CommRequest {
+    bool test() override { return true; }
+    void wait() override {}
+  };
+  alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  return std::make_unique<Finished>();
+}
 
 // The whole job (MPI_COMM_WORLD). MPI must be initialised.
 std::unique_ptr<Comm> world_comm();

@@ -38,6 +38,26 @@ void wait_politely(MPI_Request& req) {
   }
 }
 
+class MpiRequest final : public CommRequest {
+ public:
+  explicit MpiRequest(MPI_Request r) : req_(r) {}
+  ~MpiRequest() override {
+    if (req_ != MPI_REQUEST_NULL) wait_politely(req_);
+  }
+  bool test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
+  void wait() override {
+    if (req_ != MPI_REQUEST_NULL) wait_politely(req_);
+  }
+
+ private:
+  MPI_Request req_;
+};
+
 class MpiComm final : public Comm {
  public:
   MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
@@ -94,6 +114,17 @@ class MpiComm final : public Comm {
     check(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), MPI_FLOAT, recv, recv_counts.data(),
                         recv_displs.data(), MPI_FLOAT, comm_),
           "MPI_Alltoallv");
+  }
+
+  std::unique_ptr<CommRequest> ialltoallv(const float* send, const std::vector<int>& send_counts,
+                                          const std::vector<int>& send_displs, float* recv,
+                                          const std::vector<int>& recv_counts,
+                                          const std::vector<int>& recv_displs) override {
+    MPI_Request req;
+    check(MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), MPI_FLOAT, recv, recv_counts.data(),
+                         recv_displs.data(), MPI_FLOAT, comm_, &req),
+          "MPI_Ialltoallv");
+    return std::make_unique<MpiRequest>(req);
   }
 
   void barrier() override {

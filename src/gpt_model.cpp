@@ -121,7 +121,7 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
   return sum;
 }
 
-void GptModel::backward(float dloss) {
+void GptModel::backward(float dloss, BackwardObserver* observer) {
   if (B_ == 0) throw std::logic_error("backward() before forward()");
   PhaseScope phase(*clock_, Phase::Backward);
   const double compute0 = clock_->elapsed(Phase::Backward);
@@ -151,6 +151,7 @@ void GptModel::backward(float dloss) {
     be_.attention_backward(dqkv_, att_scratch_, datty_, a.qkv, a.att, B, T, Hl, hs);
     column_parallel_backward(tp, dln_, G(kQkvW), G(kQkvB), dqkv_, a.ln1, P(kQkvW), BT, d, 3 * dl);
     be_.layernorm_backward(dres_, G(kLn1W), G(kLn1B), dln_, x, P(kLn1W), a.ln1_mean, a.ln1_rstd, BT, d);
+    if (observer) observer->layer_gradients_ready(l);
   }
   vocab_parallel_embedding_backward(tp, grad(kWte), grad(kWpe), dres_, tokens_, vocab_rows_, B, T, d);
   if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));

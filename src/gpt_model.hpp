@@ -9,6 +9,7 @@
 
 #include "arena.hpp"
 #include "backend.hpp"
+#include "backward_observer.hpp"
 #include "comm.hpp"
 #include "param_layout.hpp"
 #include "pacer.hpp"
@@ -40,8 +41,8 @@ class GptModel {
   // token losses; every rank of the TP group returns the same value.
   double forward(const int* tokens, const int* targets, int B);
   // Backward of the last forward, each token's loss weighted by dloss (1 / tokens of the global
-  // batch). Accumulates into grads().
-  void backward(float dloss);
+  // batch). Accumulates into grads(); `observer`, when given, hears as each layer's are final.
+  void backward(float dloss, BackwardObserver* observer = nullptr);
 
   void set_clock(PhaseClock* clock) { clock_ = clock; }
   void set_pacer(Pacer* pacer) { pacer_ = pacer; }

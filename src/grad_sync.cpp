@@ -1,5 +1,6 @@
 #include "grad_sync.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -9,6 +10,7 @@ namespace ntp {
 
 namespace {
 constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
+int dim_index(ShardDim d) { return d == ShardDim::Heads ? 0 : d == ShardDim::Mlp ? 1 : 2; }
 double seconds_since(PhaseClock::clock::time_point t0) {
   return std::chrono::duration<double>(PhaseClock::clock::now() - t0).count();
 }
@@ -18,13 +20,8 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
                    const ParamLayout& layout, Backend& be, PhaseClock& clock, Pacer& pacer)
     : layout_(layout), be_(be), clock_(clock), pacer_(pacer), tp_(tp), slot_(slot), tp_index_(tp_index),
       n2_(cfg.n2), uniform_(cfg.uniform()) {
-  const int n = cfg.replicas[replica].degree();
-  std::size_t replicated = 0;
-  for (int t = 0; t < layout.tensor_count(); ++t)
-    if (layout.specs()[t].dim == ShardDim::Replicated) replicated += layout.slot(t).elems;
-  replicated_.resize(replicated);
   if (uniform_) return;
-
+  const int n = cfg.replicas[replica].degree();
   const ModelConfig& m = layout.model();
   const int units[3] = {m.heads, m.mlp(), m.vocab};
   std::vector<ReshardPlan> to, from;
@@ -41,57 +38,111 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
   from.emplace_back(src, dst, tp_index, n, &rows);
   to_chunks_ = std::make_unique<ReshardPlan>(ReshardPlan::combine(to));
   from_chunks_ = std::make_unique<ReshardPlan>(ReshardPlan::combine(from));
-  // Core rank i's chunk buffer: for each tensor its chunk-i units, then all replicated tensors.
-  std::size_t off = 0;
-  chunk_offset_.resize(layout.tensor_count());
+
+  // Buckets in backward order: layer L-1 first, layer 0, then the rest (embeddings, final LN).
+  const int L = m.layers;
+  buckets_.resize(L + 1);
   for (int t = 0; t < layout.tensor_count(); ++t) {
-    const auto& s = layout.specs()[t];
-    chunk_offset_[t] = off;
-    if (s.dim == ShardDim::Replicated) continue;
-    const int k = s.dim == ShardDim::Heads ? 0 : s.dim == ShardDim::Mlp ? 1 : 2;
-    off += std::size_t(chunk_units_[k]) * s.unit_elems;
+    const int first = layer_tensor(0, LayerTensor(0)), end = layer_tensor(L, LayerTensor(0));
+    buckets_[t >= first && t < end ? L - 1 - (t - first) / kPerLayer : L].tensors.push_back(t);
   }
-  if (tp_index_ < n2_) chunk_.resize(off + replicated);
-}
-
-void GradSync::pack_replicated(const float* grads, float* out) const {
-  for (int t = 0; t < layout_.tensor_count(); ++t)
-    if (layout_.specs()[t].dim == ShardDim::Replicated) {
-      const auto& s = layout_.slot(t);
-      be_.copy(out, grads + s.offset, s.elems);
-      out += s.elems;
+  // Core rank i's chunk buffer, bucket by bucket: the bucket's chunk-i units of every sharded
+  // tensor, then its replicated tensors (contiguous, so a bucket is one all-reduce).
+  chunk_offset_.assign(layout.tensor_count(), 0);
+  staging_offset_.assign(layout.tensor_count(), 0);
+  std::size_t off = 0, staged = 0;
+  for (auto& bk : buckets_) {
+    bk.begin = off;
+    for (int t : bk.tensors) {
+      const auto& s = layout.specs()[t];
+      if (s.dim == ShardDim::Replicated) continue;
+      chunk_offset_[t] = off;
+      off += std::size_t(chunk_units_[dim_index(s.dim)]) * s.unit_elems;
     }
-}
-
-void GradSync::unpack_replicated(const float* in, float* grads) const {
-  for (int t = 0; t < layout_.tensor_count(); ++t)
-    if (layout_.specs()[t].dim == ShardDim::Replicated) {
-      const auto& s = layout_.slot(t);
-      be_.copy(grads + s.offset, in, s.elems);
-      in += s.elems;
+    bk.rep_begin = off, bk.staging = staged;
+    for (int t : bk.tensors) {
+      if (layout.specs()[t].dim != ShardDim::Replicated) continue;
+      chunk_offset_[t] = off, staging_offset_[t] = staged;
+      off += layout.slot(t).elems, staged += layout.slot(t).elems;
     }
+    bk.rep_size = off - bk.rep_begin, bk.size = off - bk.begin;
+  }
+  if (tp_index_ < n2_) chunk_.resize(off);
+  replicated_.resize(staged);
+  regroup_.resize(buckets_.size());
+  reverse_.resize(buckets_.size());
 }
 
-std::vector<ReshardTensor> GradSync::tensors(float* grads, bool to_chunks) {
-  std::vector<ReshardTensor> v;
+GradSync::~GradSync() = default;
+
+std::vector<ReshardTensor> GradSync::tensors(int b, bool to_chunks) {
+  const Bucket& bk = buckets_[b];
   const bool core = tp_index_ < n2_;
-  for (int t = 0; t < layout_.tensor_count(); ++t) {
+  std::vector<ReshardTensor> v;
+  for (int t : bk.tensors) {
     const auto& s = layout_.specs()[t];
     if (s.dim == ShardDim::Replicated) continue;
-    const int seg = s.dim == ShardDim::Heads ? 0 : s.dim == ShardDim::Mlp ? 1 : 2;
-    float* arena = grads + layout_.slot(t).offset;
+    const int seg = dim_index(s.dim);
+    float* arena = grads_ + layout_.slot(t).offset;
     float* chunk = core ? chunk_.data() + chunk_offset_[t] : nullptr;
     v.push_back(to_chunks ? ReshardTensor{arena, chunk, s.unit_elems, seg} : ReshardTensor{chunk, arena, s.unit_elems, seg});
   }
-  if (!to_chunks) {
-    const float* rep = tp_index_ == 0 ? chunk_.data() + (chunk_.size() - replicated_.size()) : nullptr;
-    v.push_back({rep, replicated_.data(), static_cast<long>(replicated_.size()), 3});
+  if (!to_chunks && bk.rep_size > 0) {
+    const float* rep = tp_index_ == 0 ? chunk_.data() + bk.rep_begin : nullptr;
+    v.push_back({rep, replicated_.data() + bk.staging, static_cast<long>(bk.rep_size), 3});
   }
   return v;
 }
 
-void GradSync::sync(float* grads) {
+void GradSync::pack_replicated(int b) {
+  for (int t : buckets_[b].tensors)
+    if (layout_.specs()[t].dim == ShardDim::Replicated)
+      be_.copy(chunk_.data() + chunk_offset_[t], grads_ + layout_.slot(t).offset, layout_.slot(t).elems);
+}
+
+void GradSync::unpack_replicated(int b) {
+  for (int t : buckets_[b].tensors)
+    if (layout_.specs()[t].dim == ShardDim::Replicated)
+      be_.copy(grads_ + layout_.slot(t).offset, replicated_.data() + staging_offset_[t], layout_.slot(t).elems);
+}
+
+void GradSync::begin(float* grads) {
+  grads_ = grads;
   bytes_ = 0;
+}
+
+void GradSync::post_regroup(int b) {
+  regroup_[b] = {std::make_unique<ReshardExchange>(tp_, *to_chunks_, tensors(b, true)), PhaseClock::clock::now()};
+}
+
+void GradSync::layer_gradients_ready(int layer) {
+  if (uniform_ || grads_ == nullptr) return;
+  post_regroup(static_cast<int>(buckets_.size()) - 2 - layer);
+  progress();
+}
+
+void GradSync::progress() {
+  for (auto* list : {&regroup_, &reverse_})
+    for (auto& f : *list)
+      if (f.exchange) f.exchange->test();
+}
+
+void GradSync::complete(InFlight& f) {
+  PhaseScope p(clock_, Phase::Reshard);
+  f.exchange->finish();
+  const double sent = f.exchange->bytes_sent();
+  f.exchange.reset();
+  bytes_ += sent;
+  if (!pacer_.enabled()) return;
+  // The emulated TP link carries the exchanges one after another, each from when it was posted.
+  const auto start = std::max(link_free_, f.posted);
+  link_free_ = start + std::chrono::duration_cast<PhaseClock::clock::duration>(std::chrono::duration<double>(
+                           pacer_.transfer_seconds(sent, tp_.size() - 1, Link::Tp)));
+  pacer_.wait_until(link_free_);
+}
+
+void GradSync::finish() {
+  if (grads_ == nullptr) throw std::logic_error("GradSync::finish() without begin()");
   auto allreduce = [&](float* buf, std::size_t n) {
     PhaseScope p(clock_, Phase::DpComm);
     const auto t0 = PhaseClock::clock::now();
@@ -102,25 +153,42 @@ void GradSync::sync(float* grads) {
     pacer_.pace_transfer(seconds_since(t0), bytes, 2 * (R - 1), Link::Dp);
   };
   if (uniform_) {
-    allreduce(grads, layout_.total());
+    allreduce(grads_, layout_.total());
+    grads_ = nullptr;
     return;
   }
-  auto regroup = [&](bool to_chunks) {
+  const int B = static_cast<int>(buckets_.size());
+  {
     PhaseScope p(clock_, Phase::Reshard);
-    const auto t0 = PhaseClock::clock::now();
-    const double sent = reshard(tp_, to_chunks ? *to_chunks_ : *from_chunks_, tensors(grads, to_chunks));
-    bytes_ += sent;
-    pacer_.pace_transfer(seconds_since(t0), sent, tp_.size() - 1, Link::Tp);
-  };
-  const std::size_t rep_off = chunk_.size() - replicated_.size();
-  regroup(true);
-  if (slot_) {
-    pack_replicated(grads, chunk_.data() + rep_off);
-    allreduce(chunk_.data(), chunk_.size());
+    for (int b = 0; b < B; ++b)
+      if (!regroup_[b].exchange) post_regroup(b);
   }
-  regroup(false);  // also hands every rank core rank 0's summed replicated gradients
-  PhaseScope p(clock_, Phase::Reshard);
-  unpack_replicated(replicated_.data(), grads);
+  // The embedding bucket (last to be ready) goes second: see the header.
+  std::vector<int> order;
+  for (int b = 0; b < B - 1; ++b) {
+    order.push_back(b);
+    if (b == 0) order.push_back(B - 1);
+  }
+  for (int b : order) {
+    complete(regroup_[b]);
+    if (slot_) {
+      pack_replicated(b);
+      allreduce(chunk_.data() + buckets_[b].begin, buckets_[b].size);
+    }
+    PhaseScope p(clock_, Phase::Reshard);
+    reverse_[b] = {std::make_unique<ReshardExchange>(tp_, *from_chunks_, tensors(b, false)), PhaseClock::clock::now()};
+  }
+  for (int b : order) {
+    complete(reverse_[b]);
+    PhaseScope p(clock_, Phase::Reshard);
+    unpack_replicated(b);  // every rank gets core rank 0's summed replicated gradients
+  }
+  grads_ = nullptr;
+}
+
+void GradSync::sync(float* grads) {
+  begin(grads);
+  finish();
 }
 
 double GradSync::global_norm(const float* grads) {
@@ -132,16 +200,9 @@ double GradSync::global_norm(const float* grads) {
       const auto& s = layout_.specs()[t];
       const bool rep = s.dim == ShardDim::Replicated;
       if (rep && tp_index_ != 0) continue;
-      const float* x = nullptr;
-      long n = 0;
-      if (uniform_) {
-        x = grads + layout_.slot(t).offset, n = layout_.slot(t).elems;
-      } else if (rep) {
-        x = grads + layout_.slot(t).offset, n = layout_.slot(t).elems;
-      } else {
-        const int k = s.dim == ShardDim::Heads ? 0 : s.dim == ShardDim::Mlp ? 1 : 2;
-        x = chunk_.data() + chunk_offset_[t], n = long(chunk_units_[k]) * s.unit_elems;
-      }
+      const float* x = grads + layout_.slot(t).offset;
+      long n = layout_.slot(t).elems;
+      if (!uniform_ && !rep) x = chunk_.data() + chunk_offset_[t], n = long(chunk_units_[dim_index(s.dim)]) * s.unit_elems;
       partial[rep ? n2_ : tp_index_] += be_.sum_squares(x, n);
     }
   }

@@ -6,8 +6,16 @@
 // core rank that owns the chunk (reshard, all-to-all in the TP group); core rank i of every
 // replica all-reduce chunk i (one DP all-reduce per sync slot); the reverse reshard returns the
 // extras' slices. Replicated tensors ride along in every slot; the reverse exchange also carries
-// one copy of them from core rank 0 to every other rank. One exchange per direction: the
-// dimensions' plans are combined into one.
+// one copy of them from core rank 0 to every other rank.
+//
+// Chunk mode works in buckets, one per transformer layer plus one for the rest (embeddings and
+// the final LayerNorm, whose gradients are final only at the end of the backward). A layer's
+// regroup starts as soon as the backward has finished that layer (layer_gradients_ready) and runs
+// while the layers below compute. After the backward, bucket by bucket: wait for its regroup,
+// all-reduce it, start its reverse exchange, which then runs under the next bucket's all-reduce.
+// The embedding bucket is all-reduced second, so its regroup overlaps the first all-reduce and its
+// reverse the rest. Exposed cost: what of the regroups the backward could not hide, the
+// all-reduces, and the last bucket's reverse.
 //
 // The global gradient norm is assembled so that every rank of every replica gets bitwise the same
 // value (one partial per sync slot, summed in slot order), which keeps parameters identical.
@@ -15,6 +23,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "backward_observer.hpp"
 #include "comm.hpp"
 #include "configuration.hpp"
 #include "pacer.hpp"
@@ -24,24 +33,47 @@
 
 namespace ntp {
 
-class GradSync {
+class GradSync final : public BackwardObserver {
  public:
   // tp: this rank's replica group; slot: core ranks with this rank's TP index in every active
   // replica (null on extra ranks).
   GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp, Comm* slot, const ParamLayout& layout,
            Backend& be, PhaseClock& clock, Pacer& pacer);
+  ~GradSync() override;
 
-  // Sums `grads` (this rank's arena) over every active replica.
+  // Overlapped use: begin() before the backward that fills `grads` (this rank's arena), pass this
+  // object to the backward as its observer, finish() after it. The sum over every active replica
+  // is then in `grads`.
+  void begin(float* grads);
+  void layer_gradients_ready(int layer) override;
+  void finish();
+  // Tests the exchanges in flight (MPI progresses nonblocking exchanges only inside MPI calls).
+  void progress();
+  // Without overlap: begin + finish.
   void sync(float* grads);
-  // The global L2 norm of the summed gradients (call after sync).
+
+  // The global L2 norm of the summed gradients (call after finish).
   double global_norm(const float* grads);
   // Bytes this rank sent in the last sync (all-reduce counted as a ring's 2(n-1)/n).
   double bytes_sent() const { return bytes_; }
 
  private:
-  void pack_replicated(const float* grads, float* out) const;
-  void unpack_replicated(const float* in, float* grads) const;
-  std::vector<ReshardTensor> tensors(float* grads, bool to_chunks);
+  struct Bucket {
+    std::vector<int> tensors;            // arena tensors, ascending
+    std::size_t begin = 0, size = 0;     // core ranks: its range of chunk_ (sharded chunks, then replicated)
+    std::size_t rep_begin = 0;           // its replicated tensors within chunk_ ...
+    std::size_t rep_size = 0;
+    std::size_t staging = 0;             // ... and within replicated_
+  };
+  struct InFlight {
+    std::unique_ptr<ReshardExchange> exchange;
+    PhaseClock::clock::time_point posted;
+  };
+  void post_regroup(int b);
+  void complete(InFlight& f);
+  std::vector<ReshardTensor> tensors(int b, bool to_chunks);
+  void pack_replicated(int b);
+  void unpack_replicated(int b);
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -51,13 +83,18 @@ class GradSync {
   Comm* slot_;
   int tp_index_, n2_;
   bool uniform_;
+  float* grads_ = nullptr;
+  double bytes_ = 0;
   // Chunk mode only.
   std::unique_ptr<ReshardPlan> to_chunks_, from_chunks_;  // segments: heads, mlp, vocab (+ replicated copies)
   std::vector<int> chunk_units_;                          // per sharded dimension, this rank's chunk units
-  std::vector<float> chunk_;                         // core ranks: chunk i of every tensor, then replicated
-  std::vector<std::size_t> chunk_offset_;            // per tensor
-  std::vector<float> replicated_;                    // packed replicated gradients
-  double bytes_ = 0;
+  std::vector<Bucket> buckets_;                           // in the order the backward finishes them
+  std::vector<std::size_t> chunk_offset_;                 // per tensor, within chunk_
+  std::vector<std::size_t> staging_offset_;               // per replicated tensor, within replicated_
+  std::vector<float> chunk_;                              // core ranks: chunk i of every tensor, bucket by bucket
+  std::vector<float> replicated_;                         // core rank 0's summed replicated gradients
+  std::vector<InFlight> regroup_, reverse_;               // per bucket
+  PhaseClock::clock::time_point link_free_{};             // paced: when the emulated TP link is next free
 };
 
 }  // namespace ntp

@@ -1,5 +1,6 @@
 #include "pacer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -12,8 +13,26 @@ double Pacer::transfer_seconds(double bytes, int messages, Link link) const {
   return messages * c_.latency_us * 1e-6 + bytes / (gbps * 1e9);
 }
 
+void Pacer::sleep_for(double seconds) {
+  using clock = std::chrono::steady_clock;
+  const auto end = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
+  if (!background_) {
+    std::this_thread::sleep_until(end);
+    return;
+  }
+  for (auto now = clock::now(); now < end; now = clock::now()) {
+    background_();
+    std::this_thread::sleep_until(std::min(end, clock::now() + std::chrono::microseconds(200)));
+  }
+}
+
 void Pacer::sleep_rest(double real, double target) {
-  if (target > real) std::this_thread::sleep_for(std::chrono::duration<double>(target - real));
+  if (target > real) sleep_for(target - real);
+}
+
+void Pacer::wait_until(std::chrono::steady_clock::time_point t) {
+  if (!c_.enabled) return;
+  sleep_for(std::chrono::duration<double>(t - std::chrono::steady_clock::now()).count());
 }
 
 void Pacer::pace_compute(double real, double flops) {

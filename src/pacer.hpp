@@ -7,6 +7,9 @@
 // waiting in a collective for a slower (paced) peer wait as they would on real hardware, so the
 // critical path of a step is the emulated one. A compute phase whose real time exceeded its
 // emulated time is an overrun: the emulation was not honest for that step, and it is recorded.
+#include <chrono>
+#include <functional>
+
 namespace ntp {
 
 struct PacingConfig {
@@ -35,6 +38,11 @@ class Pacer {
   // Sleeps until `target` seconds have passed since the phase took `real` seconds.
   void pace_compute(double real, double flops);
   void pace_transfer(double real, double bytes, int messages, Link link);
+  // Sleeps until `t` (an emulated transfer that overlapped other work ends then).
+  void wait_until(std::chrono::steady_clock::time_point t);
+  // Called every few hundred microseconds while the pacer sleeps: the emulated device computes,
+  // and the host keeps the exchanges in flight moving (MPI progresses only inside MPI calls).
+  void set_background(std::function<void()> f) { background_ = std::move(f); }
 
   // Compute overruns since the last call.
   int take_overruns() {
@@ -45,7 +53,9 @@ class Pacer {
 
  private:
   void sleep_rest(double real, double target);
+  void sleep_for(double seconds);
   PacingConfig c_;
+  std::function<void()> background_;
   double speed_ = 1.0;
   int overruns_ = 0;
 };

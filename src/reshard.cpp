@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ntp {
 
@@ -78,15 +79,17 @@ std::pair<const int*, const int*> in_segment(const std::vector<int>& list, const
 }
 }  // namespace
 
-double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors) {
+ReshardExchange::ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vector<ReshardTensor> tensors)
+    : plan_(plan), tensors_(std::move(tensors)) {
   const int P = comm.size();
-  for (const auto& t : tensors)
+  for (const auto& t : tensors_)
     if (t.segment < 0 || t.segment >= plan.segments()) throw std::invalid_argument("reshard: no such segment");
-  std::vector<int> scount(P), sdispl(P), rcount(P), rdispl(P);
+  std::vector<int> scount(P), sdispl(P), rdispl(P);
+  rcount_.assign(P, 0);
   long stotal = 0, rtotal = 0;
   for (int p = 0; p < P; ++p) {
     long s = 0, r = 0;
-    for (const auto& t : tensors) {
+    for (const auto& t : tensors_) {
       auto [sb, se] = in_segment(plan.sends()[p], plan, t);
       auto [rb, re] = in_segment(plan.recvs()[p], plan, t);
       s += long(se - sb) * t.unit_elems;
@@ -95,35 +98,51 @@ double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTen
     if (stotal + s > INT32_MAX || rtotal + r > INT32_MAX)
       throw std::runtime_error("reshard: exchange exceeds 2^31 floats; split the tensors into several calls");
     scount[p] = static_cast<int>(s), sdispl[p] = static_cast<int>(stotal), stotal += s;
-    rcount[p] = static_cast<int>(r), rdispl[p] = static_cast<int>(rtotal), rtotal += r;
+    rcount_[p] = static_cast<int>(r), rdispl[p] = static_cast<int>(rtotal), rtotal += r;
   }
-  std::vector<float> sendbuf(stotal), recvbuf(rtotal);
+  sendbuf_.resize(stotal);
+  recvbuf_.resize(rtotal);
 
-  // Pack peer by peer, tensor by tensor, unit by unit; unpack in the same order.
-  float* out = sendbuf.data();
+  // Pack peer by peer, tensor by tensor, unit by unit; finish() unpacks in the same order.
+  float* out = sendbuf_.data();
   for (int p = 0; p < P; ++p)
-    for (const auto& t : tensors) {
+    for (const auto& t : tensors_) {
       auto [b, e] = in_segment(plan.sends()[p], plan, t);
       for (const int* u = b; u != e; ++u, out += t.unit_elems)
         std::memcpy(out, t.src + long(plan.src_index(*u)) * t.unit_elems, t.unit_elems * sizeof(float));
     }
-  for (const auto& t : tensors) {
+  for (const auto& t : tensors_) {
     auto [b, e] = in_segment(plan.kept(), plan, t);
     for (const int* u = b; u != e; ++u)
       std::memcpy(t.dst + long(plan.dst_index(*u)) * t.unit_elems, t.src + long(plan.src_index(*u)) * t.unit_elems,
                   t.unit_elems * sizeof(float));
   }
+  request_ = comm.ialltoallv(sendbuf_.data(), scount, sdispl, recvbuf_.data(), rcount_, rdispl);
+}
 
-  comm.alltoallv(sendbuf.data(), scount, sdispl, recvbuf.data(), rcount, rdispl);
+ReshardExchange::~ReshardExchange() {
+  if (request_) request_->wait();  // the buffers must outlive the exchange; no unpacking
+}
 
-  const float* in = recvbuf.data();
-  for (int p = 0; p < P; ++p)
-    for (const auto& t : tensors) {
-      auto [b, e] = in_segment(plan.recvs()[p], plan, t);
+bool ReshardExchange::test() { return request_ == nullptr || request_->test(); }
+
+void ReshardExchange::finish() {
+  if (!request_) return;
+  request_->wait();
+  request_.reset();
+  const float* in = recvbuf_.data();
+  for (std::size_t p = 0; p < rcount_.size(); ++p)
+    for (const auto& t : tensors_) {
+      auto [b, e] = in_segment(plan_.recvs()[p], plan_, t);
       for (const int* u = b; u != e; ++u, in += t.unit_elems)
-        std::memcpy(t.dst + long(plan.dst_index(*u)) * t.unit_elems, in, t.unit_elems * sizeof(float));
+        std::memcpy(t.dst + long(plan_.dst_index(*u)) * t.unit_elems, in, t.unit_elems * sizeof(float));
     }
-  return double(stotal) * sizeof(float);
+}
+
+double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors) {
+  ReshardExchange x(comm, plan, tensors);
+  x.finish();
+  return x.bytes_sent();
 }
 
 }  // namespace ntp

@@ -7,6 +7,7 @@
 //
 // Storage convention: a rank keeps the units it owns under a placement in ascending unit order,
 // each unit a contiguous block of unit_elems floats.
+#include <memory>
 #include <vector>
 
 #include "comm.hpp"
@@ -56,6 +57,31 @@ struct ReshardTensor {
   float* dst;        // the segment's destination units; must not overlap src
   long unit_elems;
   int segment = 0;   // which segment of a combined plan the tensor's units are
+};
+
+// A reshard in flight: construction packs what this rank sends, copies the units it keeps and
+// posts the all-to-all over `comm` (every rank of comm starts the same exchanges in the same
+// order); finish() waits and unpacks. The plan and the tensors' buffers must outlive it, and the
+// destinations are complete only after finish(). Destroying an unfinished exchange waits for it
+// (the buffers must outlive it) without unpacking.
+class ReshardExchange {
+ public:
+  ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vector<ReshardTensor> tensors);
+  ~ReshardExchange();
+  ReshardExchange(const ReshardExchange&) = delete;
+  ReshardExchange& operator=(const ReshardExchange&) = delete;
+
+  bool test();    // progresses the exchange; true once finish() would not wait
+  void finish();  // waits and unpacks (once; later calls do nothing)
+  bool finished() const { return request_ == nullptr; }
+  double bytes_sent() const { return double(sendbuf_.size()) * sizeof(float); }
+
+ private:
+  const ReshardPlan& plan_;
+  std::vector<ReshardTensor> tensors_;
+  std::vector<int> rcount_;
+  std::vector<float> sendbuf_, recvbuf_;
+  std::unique_ptr<CommRequest> request_;
 };
 
 // Executes the plan for every tensor in one all-to-all over `comm` (every rank of comm calls it).

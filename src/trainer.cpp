@@ -28,6 +28,10 @@ constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
     : o_(o), world_(world), topo_(world.size(), world.rank(), o.tp), policy_(parse_policy(o.policy)),
       max_batch_(max_batch), pacer_(o.pacing) {
+  // While a paced rank sleeps (its emulated device computing), the sync's exchanges progress.
+  pacer_.set_background([this] {
+    if (sync_) sync_->progress();
+  });
   // The CUDA backend reads this when it picks a GPU (src/backend_cuda.cu).
   if (o.allow_gpu_sharing) setenv("NTPBENCH_ALLOW_GPU_SHARING", "1", 1);
   backend_ = make_backend(o.backend, o.backend == "cpu" ? 0 : world.split_node()->rank());
@@ -335,8 +339,9 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     model_->zero_grads();
     double loss_sum = model_->forward(tokens_.data(), targets_.data(), B);
     const double global_tokens = double(r.samples) * T;
-    model_->backward(static_cast<float>(1.0 / global_tokens));
-    sync_->sync(model_->grads());
+    sync_->begin(model_->grads());
+    model_->backward(static_cast<float>(1.0 / global_tokens), sync_.get());  // regroups start here
+    sync_->finish();
     {
       // The global loss: each replica's first rank contributes its replica's sum.
       PhaseScope s(clock_, Phase::DpComm);

@@ -163,12 +163,14 @@ float grad_value(int q, int t, long e) {
 class NtpSync : public ::testing::TestWithParam<std::vector<int>> {};
 
 // After the sync every rank's gradient shard equals the sum over replicas computed without
-// sharding; the global norm is that of the summed gradient and bitwise equal on every rank.
+// sharding; the global norm is that of the summed gradient and bitwise equal on every rank. Run
+// twice with one GradSync: plainly (sync), then overlapped as in training (begin, the layers'
+// ready calls in backward order, finish).
 TEST_P(NtpSync, EqualsTheUnshardedSum) {
   const auto degrees = GetParam();
   const int need = std::accumulate(degrees.begin(), degrees.end(), 0);
   if (need > world_size()) GTEST_SKIP() << "needs " << need << " ranks";
-  ModelConfig m{48, 8, 1, 12, 24};  // 12 heads, 96 MLP columns, 48 vocabulary rows
+  ModelConfig m{48, 8, 3, 12, 24};  // 3 layers, 12 heads, 96 MLP columns, 48 vocabulary rows
   const Configuration cfg = configuration_for_degrees(m, degrees);
   auto world = world_comm();
   const int me = world->rank();
@@ -178,53 +180,62 @@ TEST_P(NtpSync, EqualsTheUnshardedSum) {
   if (q < 0) return;
   auto be = make_cpu_backend();
   const ParamLayout layout(m, cfg.replicas[q].layout, idx);
-  std::vector<float> grads(layout.total(), 0.0f);
-  for (int t = 0; t < layout.tensor_count(); ++t) {
-    const auto& s = layout.specs()[t];
-    const auto& slot_t = layout.slot(t);
-    long k = 0;
-    for (int u : slot_t.units)
-      for (long e = 0; e < s.unit_elems; ++e, ++k) grads[slot_t.offset + k] = grad_value(q, t, long(u) * s.unit_elems + e);
-  }
   PhaseClock clock;
   Pacer pacer(PacingConfig{});
   GradSync sync(cfg, q, idx, *tp, slot.get(), layout, *be, clock, pacer);
-  sync.sync(grads.data());
-  double expect_sq = 0;
-  int wrong = 0;  // counted, not asserted: an early return would leave the other ranks in a collective
-  std::string first_wrong;
-  for (int t = 0; t < layout.tensor_count(); ++t) {
-    const auto& s = layout.specs()[t];
-    const auto& slot_t = layout.slot(t);
-    long k = 0;
-    for (int u : slot_t.units)
-      for (long e = 0; e < s.unit_elems; ++e, ++k) {
-        float sum = 0;
-        for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, long(u) * s.unit_elems + e);
-        if (std::fabs(grads[slot_t.offset + k] - sum) > 1e-5f * (1 + std::fabs(sum)) && !wrong++)
-          first_wrong = s.name + " unit " + std::to_string(u) + " element " + std::to_string(e) + ": got " +
-                        std::to_string(grads[slot_t.offset + k]) + ", want " + std::to_string(sum);
-      }
-    // The norm counts every element of the full tensor once.
-    for (long e = 0; e < s.full_elems(m); ++e) {
-      float sum = 0;
-      for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, e);
-      expect_sq += double(sum) * sum;
+  for (const bool overlapped : {false, true}) {
+    SCOPED_TRACE(overlapped ? "overlapped" : "plain");
+    std::vector<float> grads(layout.total(), 0.0f);
+    for (int t = 0; t < layout.tensor_count(); ++t) {
+      const auto& s = layout.specs()[t];
+      const auto& slot_t = layout.slot(t);
+      long k = 0;
+      for (int u : slot_t.units)
+        for (long e = 0; e < s.unit_elems; ++e, ++k) grads[slot_t.offset + k] = grad_value(q, t, long(u) * s.unit_elems + e);
     }
-  }
-  EXPECT_EQ(wrong, 0) << "rank " << me << ": first wrong " << first_wrong;
-  double norm = sync.global_norm(grads.data());
-  EXPECT_NEAR(norm, std::sqrt(expect_sq), 1e-5 * std::sqrt(expect_sq));
-  // Bitwise equal everywhere: compare against the max over the group.
-  double hi = norm, lo = -norm;
-  tp->allreduce_max(&hi, 1);
-  tp->allreduce_max(&lo, 1);
-  EXPECT_EQ(hi, norm);
-  EXPECT_EQ(-lo, norm);
-  if (slot) {
-    double shi = norm;
-    slot->allreduce_max(&shi, 1);
-    EXPECT_EQ(shi, norm);
+    if (overlapped) {
+      sync.begin(grads.data());
+      for (int l = m.layers - 1; l >= 0; --l) sync.layer_gradients_ready(l);
+      sync.finish();
+    } else {
+      sync.sync(grads.data());
+    }
+    double expect_sq = 0;
+    int wrong = 0;  // counted, not asserted: an early return would leave the other ranks in a collective
+    std::string first_wrong;
+    for (int t = 0; t < layout.tensor_count(); ++t) {
+      const auto& s = layout.specs()[t];
+      const auto& slot_t = layout.slot(t);
+      long k = 0;
+      for (int u : slot_t.units)
+        for (long e = 0; e < s.unit_elems; ++e, ++k) {
+          float sum = 0;
+          for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, long(u) * s.unit_elems + e);
+          if (std::fabs(grads[slot_t.offset + k] - sum) > 1e-5f * (1 + std::fabs(sum)) && !wrong++)
+            first_wrong = s.name + " unit " + std::to_string(u) + " element " + std::to_string(e) + ": got " +
+                          std::to_string(grads[slot_t.offset + k]) + ", want " + std::to_string(sum);
+        }
+      // The norm counts every element of the full tensor once.
+      for (long e = 0; e < s.full_elems(m); ++e) {
+        float sum = 0;
+        for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, e);
+        expect_sq += double(sum) * sum;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "rank " << me << ": first wrong " << first_wrong;
+    double norm = sync.global_norm(grads.data());
+    EXPECT_NEAR(norm, std::sqrt(expect_sq), 1e-5 * std::sqrt(expect_sq));
+    // Bitwise equal everywhere: compare against the max over the group.
+    double hi = norm, lo = -norm;
+    tp->allreduce_max(&hi, 1);
+    tp->allreduce_max(&lo, 1);
+    EXPECT_EQ(hi, norm);
+    EXPECT_EQ(-lo, norm);
+    if (slot) {
+      double shi = norm;
+      slot->allreduce_max(&shi, 1);
+      EXPECT_EQ(shi, norm);
+    }
   }
 }
 
