@@ -21,7 +21,11 @@ class Backend {
   virtual float* allocate(std::size_t n) = 0;
   virtual void release(float* p) = 0;
   virtual void zero(float* p, std::size_t n) = 0;
+  // Any direction: either side may be backend or host memory.
   virtual void copy(float* dst, const float* src, std::size_t n) = 0;
+  // True where `p` is backend memory the host cannot read directly (device memory); host code
+  // (MPI, packing) must then go through copy / to_host / from_host.
+  virtual bool is_device_memory(const void* p) const = 0;
   virtual void to_host(float* host, const float* src, std::size_t n) = 0;
   virtual void from_host(float* dst, const float* host, std::size_t n) = 0;
   virtual int* allocate_ints(std::size_t n) = 0;

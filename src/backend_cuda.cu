@@ -101,6 +101,7 @@ class CudaBackend final : public Backend {
     NTP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, stream_));
     if (!is_device(dst) || !is_device(src)) NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  bool is_device_memory(const void* p) const override { return p != nullptr && is_device(p); }
   void to_host(float* host, const float* src, std::size_t n) override {
     if (!n) return;
     NTP_CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));

@@ -77,7 +77,10 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
     const long n = s.full_elems(m);
     if (s.dim == ShardDim::Replicated) {
       if (!writing) continue;
-      for (int k = 0; k < 3; ++k) full[k].assign(local[k] + off, local[k] + off + n);
+      for (int k = 0; k < 3; ++k) {
+        full[k].resize(n);
+        model->backend().to_host(full[k].data(), local[k] + off, n);
+      }
     } else {
       const ReshardPlan& plan = plans[dim_index(s.dim)];
       std::vector<ReshardTensor> tensors;
@@ -85,7 +88,7 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
         full[k].assign(writing ? n : 0, 0.0f);
         tensors.push_back({model ? local[k] + off : nullptr, writing ? full[k].data() : nullptr, s.unit_elems});
       }
-      reshard(comm, plan, tensors);
+      reshard(comm, plan, tensors, model ? &model->backend() : nullptr);
       if (!writing) continue;
     }
     for (int k = 0; k < 3; ++k) {

@@ -67,8 +67,8 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
     }
     bk.rep_size = off - bk.rep_begin, bk.size = off - bk.begin;
   }
-  if (tp_index_ < n2_) chunk_.resize(off);
-  replicated_.resize(staged);
+  if (tp_index_ < n2_) chunk_ = Arena(be, off);
+  replicated_ = Arena(be, staged);
   regroup_.resize(buckets_.size());
   reverse_.resize(buckets_.size());
 }
@@ -112,7 +112,7 @@ void GradSync::begin(float* grads) {
 }
 
 void GradSync::post_regroup(int b) {
-  regroup_[b] = {std::make_unique<ReshardExchange>(tp_, *to_chunks_, tensors(b, true)), PhaseClock::clock::now()};
+  regroup_[b] = {std::make_unique<ReshardExchange>(tp_, *to_chunks_, tensors(b, true), &be_), PhaseClock::clock::now()};
 }
 
 void GradSync::layer_gradients_ready(int layer) {
@@ -176,7 +176,7 @@ void GradSync::finish() {
       allreduce(chunk_.data() + buckets_[b].begin, buckets_[b].size);
     }
     PhaseScope p(clock_, Phase::Reshard);
-    reverse_[b] = {std::make_unique<ReshardExchange>(tp_, *from_chunks_, tensors(b, false)), PhaseClock::clock::now()};
+    reverse_[b] = {std::make_unique<ReshardExchange>(tp_, *from_chunks_, tensors(b, false), &be_), PhaseClock::clock::now()};
   }
   for (int b : order) {
     complete(reverse_[b]);

@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "arena.hpp"
 #include "backend.hpp"
 #include "backward_observer.hpp"
 #include "comm.hpp"
@@ -91,8 +92,8 @@ class GradSync final : public BackwardObserver {
   std::vector<Bucket> buckets_;                           // in the order the backward finishes them
   std::vector<std::size_t> chunk_offset_;                 // per tensor, within chunk_
   std::vector<std::size_t> staging_offset_;               // per replicated tensor, within replicated_
-  std::vector<float> chunk_;                              // core ranks: chunk i of every tensor, bucket by bucket
-  std::vector<float> replicated_;                         // core rank 0's summed replicated gradients
+  Arena chunk_;        // core ranks: chunk i of every tensor, bucket by bucket (backend memory)
+  Arena replicated_;   // core rank 0's summed replicated gradients
   std::vector<InFlight> regroup_, reverse_;               // per bucket
   PhaseClock::clock::time_point link_free_{};             // paced: when the emulated TP link is next free
 };

@@ -3,10 +3,27 @@
 
 #include <cstdio>
 #include <exception>
+#include <memory>
 
 #include "comm.hpp"
+#ifdef NTPBENCH_HAVE_CUDA
+#include "comm_nccl.hpp"
+#endif
 #include "options.hpp"
 #include "run.hpp"
+
+namespace {
+// --backend cuda with a GPU per rank: the world (and every group split from it) is NCCL's for
+// device buffers. Otherwise MPI; the trainer stages device buffers when ranks share GPUs.
+std::unique_ptr<ntp::Comm> make_world(const ntp::Options& o) {
+#ifdef NTPBENCH_HAVE_CUDA
+  if (o.backend == "cuda" && !o.allow_gpu_sharing) return ntp::make_nccl_comm(MPI_COMM_WORLD);
+#else
+  (void)o;
+#endif
+  return ntp::world_comm();
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -20,7 +37,7 @@ int main(int argc, char** argv) {
     if (!parsed.options) {
       code = parsed.exit_code;
     } else {
-      auto world = ntp::world_comm();
+      auto world = make_world(*parsed.options);
       code = parsed.options->replay.empty() ? ntp::run_training(*parsed.options, *world)
                                             : ntp::run_replay(*parsed.options, *world);
     }

@@ -79,11 +79,15 @@ std::pair<const int*, const int*> in_segment(const std::vector<int>& list, const
 }
 }  // namespace
 
-ReshardExchange::ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vector<ReshardTensor> tensors)
-    : plan_(plan), tensors_(std::move(tensors)) {
+ReshardExchange::ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vector<ReshardTensor> tensors,
+                                 Backend* be)
+    : plan_(plan), tensors_(std::move(tensors)), be_(be) {
   const int P = comm.size();
-  for (const auto& t : tensors_)
+  for (const auto& t : tensors_) {
     if (t.segment < 0 || t.segment >= plan.segments()) throw std::invalid_argument("reshard: no such segment");
+    src_device_.push_back(be && t.src && be->is_device_memory(t.src));
+    dst_device_.push_back(be && t.dst && be->is_device_memory(t.dst));
+  }
   std::vector<int> scount(P), sdispl(P), rdispl(P);
   rcount_.assign(P, 0);
   long stotal = 0, rtotal = 0;
@@ -103,21 +107,42 @@ ReshardExchange::ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vecto
   sendbuf_.resize(stotal);
   recvbuf_.resize(rtotal);
 
-  // Pack peer by peer, tensor by tensor, unit by unit; finish() unpacks in the same order.
+  // Pack peer by peer, tensor by tensor, in runs of units stored consecutively; finish() unpacks
+  // in the same order.
   float* out = sendbuf_.data();
   for (int p = 0; p < P; ++p)
-    for (const auto& t : tensors_) {
+    for (std::size_t k = 0; k < tensors_.size(); ++k) {
+      const auto& t = tensors_[k];
       auto [b, e] = in_segment(plan.sends()[p], plan, t);
-      for (const int* u = b; u != e; ++u, out += t.unit_elems)
-        std::memcpy(out, t.src + long(plan.src_index(*u)) * t.unit_elems, t.unit_elems * sizeof(float));
+      for (const int* u = b; u != e;) {
+        const int* r = u + 1;
+        while (r != e && plan.src_index(*r) == plan.src_index(r[-1]) + 1) ++r;
+        const long n = long(r - u) * t.unit_elems;
+        move(src_device_[k], out, t.src + long(plan.src_index(*u)) * t.unit_elems, n);
+        out += n, u = r;
+      }
     }
-  for (const auto& t : tensors_) {
+  for (std::size_t k = 0; k < tensors_.size(); ++k) {
+    const auto& t = tensors_[k];
     auto [b, e] = in_segment(plan.kept(), plan, t);
-    for (const int* u = b; u != e; ++u)
-      std::memcpy(t.dst + long(plan.dst_index(*u)) * t.unit_elems, t.src + long(plan.src_index(*u)) * t.unit_elems,
-                  t.unit_elems * sizeof(float));
+    for (const int* u = b; u != e;) {
+      const int* r = u + 1;
+      while (r != e && plan.src_index(*r) == plan.src_index(r[-1]) + 1 &&
+             plan.dst_index(*r) == plan.dst_index(r[-1]) + 1)
+        ++r;
+      move(src_device_[k] || dst_device_[k], t.dst + long(plan.dst_index(*u)) * t.unit_elems,
+           t.src + long(plan.src_index(*u)) * t.unit_elems, long(r - u) * t.unit_elems);
+      u = r;
+    }
   }
   request_ = comm.ialltoallv(sendbuf_.data(), scount, sdispl, recvbuf_.data(), rcount_, rdispl);
+}
+
+void ReshardExchange::move(bool device, float* dst, const float* src, std::size_t n) const {
+  if (device)
+    be_->copy(dst, src, n);
+  else
+    std::memcpy(dst, src, n * sizeof(float));
 }
 
 ReshardExchange::~ReshardExchange() {
@@ -132,15 +157,21 @@ void ReshardExchange::finish() {
   request_.reset();
   const float* in = recvbuf_.data();
   for (std::size_t p = 0; p < rcount_.size(); ++p)
-    for (const auto& t : tensors_) {
+    for (std::size_t k = 0; k < tensors_.size(); ++k) {
+      const auto& t = tensors_[k];
       auto [b, e] = in_segment(plan_.recvs()[p], plan_, t);
-      for (const int* u = b; u != e; ++u, in += t.unit_elems)
-        std::memcpy(t.dst + long(plan_.dst_index(*u)) * t.unit_elems, in, t.unit_elems * sizeof(float));
+      for (const int* u = b; u != e;) {
+        const int* r = u + 1;
+        while (r != e && plan_.dst_index(*r) == plan_.dst_index(r[-1]) + 1) ++r;
+        const long n = long(r - u) * t.unit_elems;
+        move(dst_device_[k], t.dst + long(plan_.dst_index(*u)) * t.unit_elems, in, n);
+        in += n, u = r;
+      }
     }
 }
 
-double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors) {
-  ReshardExchange x(comm, plan, tensors);
+double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors, Backend* be) {
+  ReshardExchange x(comm, plan, tensors, be);
   x.finish();
   return x.bytes_sent();
 }

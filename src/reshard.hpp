@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend.hpp"
 #include "comm.hpp"
 
 namespace ntp {
@@ -64,9 +65,12 @@ struct ReshardTensor {
 // order); finish() waits and unpacks. The plan and the tensors' buffers must outlive it, and the
 // destinations are complete only after finish(). Destroying an unfinished exchange waits for it
 // (the buffers must outlive it) without unpacking.
+//
+// Tensors may live in backend (device) memory: with `be` given, packing and unpacking copy through
+// it wherever a tensor is device memory. Consecutive units go in one copy.
 class ReshardExchange {
  public:
-  ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vector<ReshardTensor> tensors);
+  ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vector<ReshardTensor> tensors, Backend* be = nullptr);
   ~ReshardExchange();
   ReshardExchange(const ReshardExchange&) = delete;
   ReshardExchange& operator=(const ReshardExchange&) = delete;
@@ -77,8 +81,13 @@ class ReshardExchange {
   double bytes_sent() const { return double(sendbuf_.size()) * sizeof(float); }
 
  private:
+  // Copies n floats, through the backend when a side is device memory.
+  void move(bool device, float* dst, const float* src, std::size_t n) const;
+
   const ReshardPlan& plan_;
   std::vector<ReshardTensor> tensors_;
+  Backend* be_;
+  std::vector<char> src_device_, dst_device_;  // per tensor
   std::vector<int> rcount_;
   std::vector<float> sendbuf_, recvbuf_;
   std::unique_ptr<CommRequest> request_;
@@ -86,6 +95,7 @@ class ReshardExchange {
 
 // Executes the plan for every tensor in one all-to-all over `comm` (every rank of comm calls it).
 // Returns the bytes this rank sent.
-double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors);
+double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors,
+               Backend* be = nullptr);
 
 }  // namespace ntp

@@ -148,6 +148,7 @@ int run_training(Options o, Comm& world) {
                o.model.vocab, parameter_count(o.model) / 1e6, o.micro_batch, o.seq, threads, o.timing,
                o.schedule.empty() ? "" : fmt::format(" | policy {} | schedule {}", o.policy, o.schedule));
     fmt::print("data: {}\nresults: {}\n", trainer.data().describe(), o.out);
+    if (o.backend != "cpu") fmt::print("communication: {}\n", trainer.communication());
     std::fflush(stdout);
   }
 

@@ -13,6 +13,7 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include "comm_staged.hpp"
 #include "h5.hpp"
 #include "ntp_layout.hpp"
 #include "reshard.hpp"
@@ -35,6 +36,7 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
   // The CUDA backend reads this when it picks a GPU (src/backend_cuda.cu).
   if (o.allow_gpu_sharing) setenv("NTPBENCH_ALLOW_GPU_SHARING", "1", 1);
   backend_ = make_backend(o.backend, o.backend == "cpu" ? 0 : world.split_node()->rank());
+  stage_device_buffers_ = o.backend != "cpu" && o.allow_gpu_sharing;
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
   cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost,
                             std::vector<char>(world.size(), 1));
@@ -52,15 +54,28 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
 
 Trainer::~Trainer() = default;
 
+std::string Trainer::communication() const {
+  if (o_.backend == "cpu") return "MPI";
+  if (stage_device_buffers_)
+    return "MPI with host staging of device buffers (--allow-gpu-sharing: NCCL refuses two ranks on one GPU)";
+  return "NCCL for device buffers (one communicator per TP group and sync slot, rebuilt at every membership "
+         "change), MPI for host data";
+}
+
 void Trainer::build_comms() {
   const int me = world_.rank();
   const bool alive = cfg_.alive[me] != 0;
   live_ = world_.split(alive ? 0 : -1, me);
   const int q = cfg_.replica_of(me), idx = cfg_.tp_index_of(me);
-  tp_ = world_.split(q, idx);
+  // The groups that carry device buffers (activations, gradient chunks) are staged through host
+  // memory where the world cannot take device pointers (see communication()).
+  auto device_capable = [&](std::unique_ptr<Comm> c) {
+    return stage_device_buffers_ && c ? make_host_staged_comm(std::move(c), *backend_) : std::move(c);
+  };
+  tp_ = device_capable(world_.split(q, idx));
   train_ = world_.split(q >= 0 ? 0 : -1, me);
   // Sync slot i: TP index i of every active replica, for i < n2 (the extras sit out).
-  slot_ = world_.split(q >= 0 && idx < cfg_.n2 ? idx : -1, q);
+  slot_ = device_capable(world_.split(q >= 0 && idx < cfg_.n2 ? idx : -1, q));
 }
 
 std::unique_ptr<GptModel> Trainer::make_model(const ReplicaPlan& rp, int tp_index) {
@@ -268,7 +283,7 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
         }
       }
     }
-    rec.heal_bytes += reshard(*live_, ReshardPlan::combine(parts), tensors);
+    rec.heal_bytes += reshard(*live_, ReshardPlan::combine(parts), tensors, backend_.get());
   }
   if (fresh) {
     sync_.reset();

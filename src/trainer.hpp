@@ -71,6 +71,9 @@ class Trainer {
   AdamW& optimizer() { return *opt_; }
   const DataSource& data() const { return *data_; }
   PhaseClock& clock() { return clock_; }
+  // How ranks exchange data: MPI (cpu backend); NCCL (cuda, a GPU per rank: the world comm is
+  // NCCL's, see main.cpp); MPI with host staging (cuda, --allow-gpu-sharing).
+  std::string communication() const;
   Pacer& pacer() { return pacer_; }
 
   // Collective over the live ranks (others return at once): the first active replica gathers to
@@ -97,6 +100,7 @@ class Trainer {
   Pacer pacer_;
   PhaseClock clock_;
   std::unique_ptr<Backend> backend_;
+  bool stage_device_buffers_ = false;
   std::unique_ptr<DataSource> data_;
   Configuration cfg_;
   std::vector<char> valid_;  // per replica: its state is current (it trained the last step)
