@@ -39,8 +39,7 @@ if(NTPBENCH_CUDA AND TARGET ntp_engine)
 
       file(GLOB KERNEL_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cuda/*.cu
            ${CMAKE_SOURCE_DIR}/kernels/cuda/detail/*.cu)
-      add_library(ntp_kernels_cuda STATIC ${KERNEL_CUDA_SOURCES} ${CMAKE_SOURCE_DIR}/src/backend_cuda.cu
-                  ${CMAKE_SOURCE_DIR}/src/comm_nccl.cpp)
+      add_library(ntp_kernels_cuda STATIC ${KERNEL_CUDA_SOURCES} ${CMAKE_SOURCE_DIR}/src/backend_cuda.cu)
       # C++17 for the .cu sources: nvcc 13 takes C++20, but CMake 3.25 does not know nvcc 13's
       # C++20 flag; the engine headers the .cu files include (backend.hpp) are C++17-clean.
       set_target_properties(ntp_kernels_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
@@ -57,9 +56,17 @@ if(NTPBENCH_CUDA AND TARGET ntp_engine)
       endif()
       set_property(TARGET ntp_kernels_cuda PROPERTY COMPILE_OPTIONS ${_ntp_cxx_opts})
       target_compile_options(ntp_kernels_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
-      target_link_libraries(ntp_kernels_cuda PUBLIC CUDA::cudart CUDA::cublas NCCL::nccl MPI::MPI_CXX)
+      target_link_libraries(ntp_kernels_cuda PUBLIC CUDA::cudart CUDA::cublas)
 
-      target_link_libraries(ntp_engine PUBLIC ntp_kernels_cuda)
+      # NCCL communication builds on the engine's MPI comm (make_mpi_comm in src/comm_mpi.cpp), so
+      # it is a library of its own, linked by the engine only. Inside ntp_kernels_cuda, the linker
+      # could pull it into test_cuda (kernels without the engine) for an inline std::string member
+      # it happens to define, and then fail on make_mpi_comm.
+      add_library(ntp_comm_nccl STATIC ${CMAKE_SOURCE_DIR}/src/comm_nccl.cpp)
+      target_include_directories(ntp_comm_nccl PUBLIC ${CMAKE_SOURCE_DIR}/src)
+      target_link_libraries(ntp_comm_nccl PUBLIC CUDA::cudart NCCL::nccl MPI::MPI_CXX)
+
+      target_link_libraries(ntp_engine PUBLIC ntp_kernels_cuda ntp_comm_nccl)
       target_compile_definitions(ntp_engine PUBLIC NTPBENCH_HAVE_CUDA)
       set(NTPBENCH_HAVE_CUDA ON)
       message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures "

@@ -12,6 +12,13 @@ namespace ntp {
 
 using WeightLayout = cpu::WeightLayout;
 
+// Arithmetic of the GEMMs (--precision). Fp32: fp32 throughout. Bf16 (CUDA backend only): the
+// GEMMs take bf16 copies of their operands and accumulate and write fp32; parameters, gradients,
+// AdamW moments and every other kernel stay fp32.
+enum class Precision { Fp32, Bf16 };
+// "fp32" or "bf16"; throws std::invalid_argument otherwise.
+Precision parse_precision(const std::string& name);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -74,8 +81,9 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
-// "cpu", or "cuda" where the build has the CUDA backend (NTPBENCH_HAVE_CUDA); throws otherwise.
-// local_rank: this rank's index on its node, which picks its GPU.
-std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank);
+// "cpu", or "cuda" where the build has the CUDA backend (NTPBENCH_HAVE_CUDA); throws otherwise,
+// and for Precision::Bf16 on the CPU backend. local_rank: this rank's index on its node, which
+// picks its GPU.
+std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank, Precision precision);
 
 }  // namespace ntp

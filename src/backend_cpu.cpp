@@ -120,13 +120,23 @@ class CpuBackend final : public Backend {
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 #ifdef NTPBENCH_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int local_rank);  // src/backend_cuda.cu
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision);  // src/backend_cuda.cu
 #endif
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank) {
-  if (name == "cpu") return make_cpu_backend();
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::Fp32;
+  if (name == "bf16") return Precision::Bf16;
+  throw std::invalid_argument("unknown precision '" + name + "' (fp32, bf16)");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank, Precision precision) {
+  if (name == "cpu") {
+    if (precision != Precision::Fp32)
+      throw std::invalid_argument("--precision bf16 needs --backend cuda: the CPU backend computes in fp32 only");
+    return make_cpu_backend();
+  }
 #ifdef NTPBENCH_HAVE_CUDA
-  if (name == "cuda") return make_cuda_backend(local_rank);
+  if (name == "cuda") return make_cuda_backend(local_rank, precision);
 #else
   (void)local_rank;
   if (name == "cuda") throw std::invalid_argument("--backend cuda: this build has no CUDA backend (nvcc not found)");

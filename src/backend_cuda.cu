@@ -1,4 +1,4 @@
-// The CUDA backend: device memory on this rank's GPU, kernels/cuda (cuBLAS + CUDA kernels), fp32.
+// The CUDA backend: device memory on this rank's GPU, kernels/cuda (cuBLAS + CUDA kernels).
 // Every kernel is queued on one stream; the calls that hand data to the host (to_host,
 // sum_squares) synchronise it, as do from_host/ints_from_host (the host buffer is then free to
 // reuse). Pointers given to the kernels must be device pointers from allocate()/allocate_ints().
@@ -10,7 +10,15 @@
 //
 // TF32: off (cuBLAS's default math), so results compare with the CPU path to fp32 tolerance.
 // NTPBENCH_TF32=1 lets cuBLAS use TF32 tensor cores for the fp32 GEMMs (faster, ~1e-3 relative).
+//
+// Precision (--precision): fp32 by default. With bf16, every GEMM (the dense layers and the
+// attention products) runs on bf16 tensor cores, autocast-style: the fp32 buffers stay the
+// source of truth (master weights, activations, gradients, AdamW moments), each GEMM call casts
+// its operands into a bf16 scratch buffer owned here, and cuBLAS accumulates and writes fp32
+// (cublasGemmEx, CUBLAS_COMPUTE_32F). Every other kernel is the fp32 one. Results then match the
+// CPU path to bf16 rounding (~1e-2 relative), not fp32 tolerance.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -65,7 +73,8 @@ int select_device(int local_rank) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int local_rank) : device_(select_device(local_rank)) {
+  CudaBackend(int local_rank, Precision precision)
+      : device_(select_device(local_rank)), bf16_(precision == Precision::Bf16) {
     NTP_CUDA_CHECK(cudaSetDevice(device_));
     NTP_CUDA_CHECK(cudaStreamCreate(&stream_));
     NTP_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -79,6 +88,7 @@ class CudaBackend final : public Backend {
     // No throwing here: report and carry on releasing.
     warn(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     if (scratch_) warn(cudaFree(scratch_), "cudaFree");
+    if (bf16_scratch_) warn(cudaFree(bf16_scratch_), "cudaFree");
     warn(cudaFree(sumsq_scratch_), "cudaFree");
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) warn(cudaStreamDestroy(stream_), "cudaStreamDestroy");
@@ -145,12 +155,20 @@ class CudaBackend final : public Backend {
   }
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int BT, int C, int OC,
                       WeightLayout layout) override {
-    cuda::matmul_forward(out, inp, weight, bias, BT, C, OC, layout, cublas_, stream_);
+    if (bf16_)
+      cuda::matmul_forward_bf16(out, inp, weight, bias, BT, C, OC, layout,
+                                bf16_scratch(cuda::matmul_bf16_scratch(BT, C, OC)), cublas_, stream_);
+    else
+      cuda::matmul_forward(out, inp, weight, bias, BT, C, OC, layout, cublas_, stream_);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int BT, int C, int OC, WeightLayout layout) override {
     float* s = dbias ? scratch(cuda::bias_backward_scratch(BT, OC)) : nullptr;
-    cuda::matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, layout, s, cublas_, stream_);
+    if (bf16_)
+      cuda::matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, layout, s,
+                                 bf16_scratch(cuda::matmul_bf16_scratch(BT, C, OC)), cublas_, stream_);
+    else
+      cuda::matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, C, OC, layout, s, cublas_, stream_);
   }
   void bias_forward(float* out, const float* bias, int BT, int OC) override {
     cuda::bias_forward(out, bias, BT, OC, stream_);
@@ -159,11 +177,19 @@ class CudaBackend final : public Backend {
     cuda::bias_backward(dbias, dout, BT, OC, scratch(cuda::bias_backward_scratch(BT, OC)), stream_);
   }
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) override {
-    cuda::attention_forward(out, att, qkv, B, T, NH, HS, cublas_, stream_);
+    if (bf16_)
+      cuda::attention_forward_bf16(out, att, qkv, B, T, NH, HS,
+                                   bf16_scratch(cuda::attention_bf16_scratch(B, T, NH, HS)), cublas_, stream_);
+    else
+      cuda::attention_forward(out, att, qkv, B, T, NH, HS, cublas_, stream_);
   }
   void attention_backward(float* dqkv, float* scr, const float* dout, const float* qkv, const float* att, int B, int T,
                           int NH, int HS) override {
-    cuda::attention_backward(dqkv, scr, dout, qkv, att, B, T, NH, HS, cublas_, stream_);
+    if (bf16_)
+      cuda::attention_backward_bf16(dqkv, scr, dout, qkv, att, B, T, NH, HS,
+                                    bf16_scratch(cuda::attention_bf16_scratch(B, T, NH, HS)), cublas_, stream_);
+    else
+      cuda::attention_backward(dqkv, scr, dout, qkv, att, B, T, NH, HS, cublas_, stream_);
   }
   void gelu_forward(float* out, const float* inp, long N) override { cuda::gelu_forward(out, inp, N, stream_); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, long N) override {
@@ -234,30 +260,41 @@ class CudaBackend final : public Backend {
   }
 
   // Scratch for the deterministic row reductions; grows, never shrinks.
-  float* scratch(std::size_t floats) {
-    if (floats > scratch_floats_) {
-      if (scratch_) {
-        NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        NTP_CUDA_CHECK(cudaFree(scratch_));
-        scratch_ = nullptr;
-        scratch_floats_ = 0;
+  float* scratch(std::size_t floats) { return grow(scratch_, scratch_floats_, floats); }
+  // Scratch for the bf16 copies of GEMM operands (--precision bf16); grows, never shrinks.
+  __nv_bfloat16* bf16_scratch(std::size_t elems) { return grow(bf16_scratch_, bf16_scratch_elems_, elems); }
+
+  // Makes `buf` (holding `have` elements) hold at least `need`; its contents are not kept.
+  template <typename T>
+  T* grow(T*& buf, std::size_t& have, std::size_t need) {
+    if (need > have) {
+      if (buf) {
+        NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no queued kernel still uses it
+        NTP_CUDA_CHECK(cudaFree(buf));
+        buf = nullptr;
+        have = 0;
       }
-      NTP_CUDA_CHECK(cudaMalloc(&scratch_, floats * sizeof(float)));
-      scratch_floats_ = floats;
+      NTP_CUDA_CHECK(cudaMalloc(&buf, need * sizeof(T)));
+      have = need;
     }
-    return scratch_;
+    return buf;
   }
 
   int device_;
+  bool bf16_;  // --precision bf16: bf16 GEMM operands
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   double* sumsq_scratch_ = nullptr;
   float* scratch_ = nullptr;
   std::size_t scratch_floats_ = 0;
+  __nv_bfloat16* bf16_scratch_ = nullptr;
+  std::size_t bf16_scratch_elems_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int local_rank) { return std::make_unique<CudaBackend>(local_rank); }
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision) {
+  return std::make_unique<CudaBackend>(local_rank, precision);
+}
 
 }  // namespace ntp

@@ -90,6 +90,11 @@ ParseResult parse_options(int argc, char** argv, bool print) {
       ->check(CLI::Range(1.0, 1.3));
   app.add_option("--backend", o.backend, "Where kernels run: cpu (OpenBLAS + OpenMP) or cuda (cuBLAS, one GPU per rank)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--precision", o.precision,
+                 "GEMM arithmetic: fp32, or bf16 (needs --backend cuda): every matmul and attention product runs on "
+                 "bf16 copies of its operands with fp32 accumulation and output; weights (the fp32 master copy), "
+                 "gradients, AdamW and all other kernels stay fp32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--allow-gpu-sharing", o.allow_gpu_sharing,
                "With --backend cuda: allow more ranks than GPUs on a node (ranks then share GPUs)");
   app.add_flag("--check", o.check, "Validate the configuration and the schedule against the job's ranks, then exit");
@@ -121,6 +126,9 @@ ParseResult parse_options(int argc, char** argv, bool print) {
     o.opt.cosine = lr_schedule == "cosine";
     if (o.init_weights_only && o.init_from.empty())
       throw CLI::ValidationError("--init-weights-only", "needs --init-from");
+    if (o.precision != "fp32" && o.backend != "cuda")
+      throw CLI::ValidationError("--precision", "--precision " + o.precision + " needs --backend cuda; --backend " +
+                                                    o.backend + " computes in fp32 only");
   } catch (const CLI::CallForHelp& e) {
     if (print) app.exit(e);
     return {std::nullopt, 0};
@@ -160,6 +168,7 @@ nlohmann::json to_json(const Options& o) {
       {"peak_gflops", o.peak_gflops},
       {"schedule", o.schedule},
       {"backend", o.backend},
+      {"precision", o.precision},
       {"allow_gpu_sharing", o.allow_gpu_sharing},
       {"policy", o.policy},
       {"timing", o.timing},
@@ -201,6 +210,7 @@ Options options_from_json(const nlohmann::json& j) {
   o.peak_gflops = j.at("peak_gflops");
   o.schedule = j.value("schedule", "");
   o.backend = j.value("backend", "cpu");
+  o.precision = j.value("precision", "fp32");  // files from before --precision: fp32
   o.allow_gpu_sharing = j.value("allow_gpu_sharing", false);
   o.policy = j.value("policy", "ntp");
   o.timing = j.value("timing", "wall");

@@ -42,6 +42,7 @@ struct Options {
   PacingConfig pacing;
   bool check = false;            // validate configuration and schedule, then exit
   std::string backend = "cpu";   // cpu or cuda (kernels and memory; see src/backend.hpp)
+  std::string precision = "fp32";  // fp32 or bf16 GEMMs (bf16: cuda only; see src/backend.hpp)
   bool allow_gpu_sharing = false;  // cuda: let several ranks share one GPU
 };
 

@@ -35,7 +35,7 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
   });
   // The CUDA backend reads this when it picks a GPU (src/backend_cuda.cu).
   if (o.allow_gpu_sharing) setenv("NTPBENCH_ALLOW_GPU_SHARING", "1", 1);
-  backend_ = make_backend(o.backend, o.backend == "cpu" ? 0 : world.split_node()->rank());
+  backend_ = make_backend(o.backend, o.backend == "cpu" ? 0 : world.split_node()->rank(), parse_precision(o.precision));
   stage_device_buffers_ = o.backend != "cpu" && o.allow_gpu_sharing;
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
   cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost,

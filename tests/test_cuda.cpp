@@ -1,13 +1,17 @@
 // The CUDA backend against the CPU kernels (kernels/cpu) on fresh random inputs, through the
 // Backend seam (device memory, copies and every kernel), forward and backward: fp32 within 1e-5
-// relative. Every test skips, naming the CUDA error, where no GPU is usable (cudaGetDeviceCount
-// fails with cudaErrorInsufficientDriver (35) or cudaErrorNoDevice (100), or finds none).
+// relative. The CudaBf16 tests run the GEMM kernels (matmul, attention) of a --precision bf16
+// backend: within 2e-2 relative of the fp32 CPU kernels, and where the CPU can reproduce the
+// bf16 arithmetic (bf16-rounded operands, fp32 accumulation), within fp32 summation error of it.
+// Every test skips, naming the CUDA error, where no GPU is usable (cudaGetDeviceCount fails with
+// cudaErrorInsufficientDriver (35) or cudaErrorNoDevice (100), or finds none).
 // Every test draws a fresh seed; it is printed on failure.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -26,7 +30,7 @@
 #include "kernel_check.hpp"
 
 namespace ntp {
-std::unique_ptr<Backend> make_cuda_backend(int local_rank);  // src/backend_cuda.cu
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision);  // src/backend_cuda.cu
 }
 
 namespace {
@@ -37,7 +41,12 @@ using Ints = std::vector<int>;
 using ntp::cpu::WeightLayout;
 
 constexpr double kTol = 1e-5;
-
+// bf16 GEMMs against fp32 ones: operands rounded to 8 significant bits (2^-9 relative each).
+constexpr double kTolBf16 = 2e-2;
+// bf16 GEMMs against the CPU on the same bf16-rounded operands: the products are exact in fp32,
+// so only the order and rounding of the fp32 sums differ. Well below the rounding of the
+// operands themselves (~1e-3 here), so it shows the operands really were bf16.
+constexpr double kTolBf16Operands = 1e-4;
 
 std::string shape(std::initializer_list<long> dims) {
   std::string s = "shape=";
@@ -58,6 +67,20 @@ std::string gpu_unavailable() {
   return "";
 }
 
+// x rounded to the nearest bf16, ties to even (__float2bfloat16_rn for finite x).
+float round_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+Vec round_bf16(Vec v) {
+  for (float& x : v) x = round_bf16(x);
+  return v;
+}
+
 // A vocabulary-parallel ownership map: local rows in ascending token order, -1 if not owned.
 Ints random_local_rows(ntp::test::Rng& rng, int V, int& Vl) {
   Ints local_row(V);
@@ -69,10 +92,12 @@ Ints random_local_rows(ntp::test::Rng& rng, int V, int& Vl) {
 // Each test gets a fresh CUDA backend on GPU 0 and device copies of its host vectors.
 class Cuda : public ::testing::Test {
  protected:
+  explicit Cuda(ntp::Precision precision = ntp::Precision::Fp32) : precision_(precision) {}
+
   void SetUp() override {
     const std::string why = gpu_unavailable();
     if (!why.empty()) GTEST_SKIP() << "no usable GPU, CUDA tests skipped: " << why;
-    be_ = ntp::make_cuda_backend(0);
+    be_ = ntp::make_cuda_backend(0, precision_);
   }
   void TearDown() override {
     for (float* p : floats_) be_->release(p);
@@ -99,9 +124,16 @@ class Cuda : public ::testing::Test {
     return h;
   }
 
+  const ntp::Precision precision_;
   std::unique_ptr<ntp::Backend> be_;
   std::vector<float*> floats_;
   std::vector<int*> ints_;
+};
+
+// The same on a --precision bf16 backend.
+class CudaBf16 : public Cuda {
+ protected:
+  CudaBf16() : Cuda(ntp::Precision::Bf16) {}
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -300,6 +332,82 @@ TEST_F(Cuda, Attention) {
                                  s.HS);
     be_->attention_backward(d_dqkv, dev(rng.vec(natt)), dev(dout), d_qkv, d_att, s.B, s.T, s.NH, s.HS);
     EXPECT_CLOSE(host(d_dqkv, nqkv), dqkv, kTol);
+  }
+}
+
+// bf16 GEMMs, fp32 bias and bias gradient (from the fp32 dout).
+TEST_F(CudaBf16, Matmul) {
+  SEEDED_RNG(rng);
+  struct Shape {
+    int BT, C, OC;
+  };
+  for (WeightLayout layout : {WeightLayout::OutIn, WeightLayout::InOut}) {
+    for (Shape s : {Shape{1, 1, 1}, Shape{5, 3, 7}, Shape{64, 96, 40}, Shape{130, 768, 300}}) {
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(shape({s.BT, s.C, s.OC, layout == WeightLayout::OutIn ? 0 : 1, with_bias}));
+        const size_t ni = size_t(s.BT) * s.C, no = size_t(s.BT) * s.OC, nw = size_t(s.C) * s.OC;
+        const Vec x = rng.vec(ni), w = rng.vec(nw), b = rng.vec(s.OC), dout = rng.vec(no);
+        const Vec xr = round_bf16(x), wr = round_bf16(w), doutr = round_bf16(dout);
+        const float* bias = with_bias ? b.data() : nullptr;
+        Vec out(no), out_r(no);
+        ntp::cpu::matmul_forward(out.data(), x.data(), w.data(), bias, s.BT, s.C, s.OC, layout);
+        ntp::cpu::matmul_forward(out_r.data(), xr.data(), wr.data(), bias, s.BT, s.C, s.OC, layout);
+        float *d_out = dev(rng.vec(no)), *d_x = dev(x), *d_w = dev(w);
+        be_->matmul_forward(d_out, d_x, d_w, with_bias ? dev(b) : nullptr, s.BT, s.C, s.OC, layout);
+        const Vec got = host(d_out, no);
+        EXPECT_CLOSE(got, out, kTolBf16);
+        EXPECT_CLOSE(got, out_r, kTolBf16Operands);
+
+        // Backward accumulates; without a bias, also without dinp (as the engine's LM head).
+        Vec dx = rng.vec(ni), dw = rng.vec(nw), db = rng.vec(s.OC);
+        Vec dx_r = dx, dw_r = dw;
+        float *d_dx = dev(dx), *d_dw = dev(dw), *d_db = dev(db);
+        ntp::cpu::matmul_backward(with_bias ? dx.data() : nullptr, dw.data(), with_bias ? db.data() : nullptr,
+                                  dout.data(), x.data(), w.data(), s.BT, s.C, s.OC, layout);
+        ntp::cpu::matmul_backward(with_bias ? dx_r.data() : nullptr, dw_r.data(), nullptr, doutr.data(), xr.data(),
+                                  wr.data(), s.BT, s.C, s.OC, layout);
+        be_->matmul_backward(with_bias ? d_dx : nullptr, d_dw, with_bias ? d_db : nullptr, dev(dout), d_x, d_w, s.BT,
+                             s.C, s.OC, layout);
+        const Vec got_dx = host(d_dx, ni), got_dw = host(d_dw, nw);
+        EXPECT_CLOSE(got_dx, dx, kTolBf16);
+        EXPECT_CLOSE(got_dw, dw, kTolBf16);
+        EXPECT_CLOSE(got_dx, dx_r, kTolBf16Operands);
+        EXPECT_CLOSE(got_dw, dw_r, kTolBf16Operands);
+        EXPECT_CLOSE(host(d_db, s.OC), db, kTol);
+      }
+    }
+  }
+}
+
+// bf16 score and value GEMMs, fp32 softmax. The scores' operands are q and k, so att can be
+// reproduced from bf16-rounded qkv; out and dqkv also go through bf16 copies of att and of the
+// softmax gradient. The backward is given the CPU's att, so each direction sees the same inputs.
+TEST_F(CudaBf16, Attention) {
+  SEEDED_RNG(rng);
+  struct Shape {
+    int B, T, NH, HS;
+  };
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 5, 3, 4}, Shape{2, 33, 2, 16}, Shape{1, 100, 4, 64}}) {
+    SCOPED_TRACE(shape({s.B, s.T, s.NH, s.HS}));
+    const size_t nqkv = size_t(s.B) * s.T * s.NH * 3 * s.HS, nout = size_t(s.B) * s.T * s.NH * s.HS;
+    const size_t natt = size_t(s.B) * s.NH * s.T * s.T;
+    const Vec qkv = rng.vec(nqkv, -2.0f, 2.0f), dout = rng.vec(nout);
+    Vec out(nout), att(natt), out_r(nout), att_r(natt);
+    ntp::cpu::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.HS);
+    ntp::cpu::attention_forward(out_r.data(), att_r.data(), round_bf16(qkv).data(), s.B, s.T, s.NH, s.HS);
+    float *d_out = dev(rng.vec(nout)), *d_att = dev(rng.vec(natt)), *d_qkv = dev(qkv);
+    be_->attention_forward(d_out, d_att, d_qkv, s.B, s.T, s.NH, s.HS);
+    const Vec got_att = host(d_att, natt);
+    EXPECT_CLOSE(host(d_out, nout), out, kTolBf16);
+    EXPECT_CLOSE(got_att, att, kTolBf16);
+    EXPECT_CLOSE(got_att, att_r, kTolBf16Operands);
+
+    Vec dqkv = rng.vec(nqkv), scratch(natt);
+    float* d_dqkv = dev(dqkv);
+    ntp::cpu::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.NH,
+                                 s.HS);
+    be_->attention_backward(d_dqkv, dev(rng.vec(natt)), dev(dout), d_qkv, dev(att), s.B, s.T, s.NH, s.HS);
+    EXPECT_CLOSE(host(d_dqkv, nqkv), dqkv, kTolBf16);
   }
 }
 

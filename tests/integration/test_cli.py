@@ -44,6 +44,9 @@ def test_bad_schedule_never_starts(tmp_path, case):
     (["--boost", 1.5], "--boost"),
     (["--seq", 64, "--context", 32], "--seq 64 exceeds --context 32"),
     (["--data", "/no/such/file"], "cannot open data file '/no/such/file'"),
+    (["--precision", "bf16"], "--precision bf16 needs --backend cuda; --backend cpu computes in fp32 only"),
+    (["--precision", "bf16", "--backend", "cpu"], "--precision bf16 needs --backend cuda"),
+    (["--precision", "fp16"], "--precision"),
 ])
 def test_bad_flags_are_refused(tmp_path, args, message):
     out = tmp_path / "run.h5"
@@ -73,7 +76,7 @@ def test_help_explains_every_flag():
     for flag in ["--preset", "--tp", "--micro-batch", "--steps", "--seed", "--data", "--lr", "--clip", "--out",
                  "--checkpoint-every", "--checkpoint-dir", "--init-from", "--schedule", "--policy", "--timing",
                  "--device-gflops", "--tp-gbps", "--dp-gbps", "--link-latency-us", "--boost", "--replay", "--config",
-                 "--check"]:
+                 "--check", "--backend", "--precision"]:
         assert flag in p.stdout, flag
 
 
@@ -86,3 +89,14 @@ def test_config_file_sets_flags(tmp_path):
     with h5py.File(out) as f:
         c = json.loads(f.attrs["config"])
     assert c["tp"] == 2 and c["steps"] == 3 and c["micro_batch"] == 2 and c["preset"] == "tiny"
+    assert c["backend"] == "cpu" and c["precision"] == "fp32"
+
+
+def test_config_file_precision_is_checked(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('preset = "tiny"\nsteps = 2\nprecision = "bf16"\n')
+    out = tmp_path / "run.h5"
+    p = ntpbench(1, "--config", cfg, "--out", out, check=False)
+    assert p.returncode != 0
+    assert "--precision bf16 needs --backend cuda" in p.stderr + p.stdout, p.stderr + p.stdout
+    assert not out.exists()
