@@ -12,7 +12,7 @@
 # parallelism, default nproc), PEAK_FP32_GFLOPS / PEAK_TF32_GFLOPS / PEAK_BF16_GFLOPS (per-GPU
 # dense peaks for MFU; defaults are the H100/H200 SXM figures: 67 TFLOP/s fp32 on CUDA cores,
 # 494.7 TFLOP/s TF32, 989.4 TFLOP/s BF16),
-# SHARED_BACKEND (backend of the 2-rank run, default cpu: see below), RUN_TIMEOUT (s per run, 150).
+# SHARED_BACKEND (backend of the 2-rank run, default cuda: see below), RUN_TIMEOUT (s per run, 150).
 set -uo pipefail
 
 if [ $# -ne 1 ]; then
@@ -30,7 +30,7 @@ JOBS=${JOBS:-$(nproc)}
 PEAK_FP32=${PEAK_FP32_GFLOPS:-67000}
 PEAK_TF32=${PEAK_TF32_GFLOPS:-494700}
 PEAK_BF16=${PEAK_BF16_GFLOPS:-989400}
-SHARED_BACKEND=${SHARED_BACKEND:-cpu}
+SHARED_BACKEND=${SHARED_BACKEND:-cuda}
 RUN_TIMEOUT=${RUN_TIMEOUT:-150}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 T0=$(date +%s)
@@ -130,15 +130,14 @@ compare_losses() {  # compare_losses FP32-RUN BF16-RUN
 compare_losses gpt2-fp32 gpt2-bf16
 compare_losses gpt2-medium-fp32 gpt2-medium-bf16
 
-# Two ranks sharing the machine through the MPI path. The CUDA backend cannot take this path yet:
-# the engine hands device buffers to MPI (not CUDA-aware here) and stages checkpoint and reshard
-# data through host pointers, so by default the two ranks run the CPU backend; set
-# SHARED_BACKEND=cuda once the engine stages device buffers through the host.
+# Two ranks sharing the GPU through the MPI path: --allow-gpu-sharing makes the TP group and the
+# sync slots MPI communicators that stage device buffers through host memory (src/comm_staged),
+# since NCCL refuses two ranks on one GPU. SHARED_BACKEND=cpu runs the same shape on the CPU.
 if [ "$SHARED_BACKEND" = cuda ]; then
-  NOTE="2 ranks share GPU 0 via MPI; " run shared-tp2-cuda 2 "$PEAK_FP32" NTPBENCH_ALLOW_GPU_SHARING=1 -- \
-    --preset gpt2 --backend cuda --tp 2 --seq 1024 --micro-batch 4 --steps 5
+  NOTE="2 ranks share GPU 0 via MPI + host staging; " run shared-tp2-cuda 2 "$PEAK_FP32" -- \
+    --preset gpt2 --backend cuda --allow-gpu-sharing --tp 2 --seq 1024 --micro-batch 4 --steps 5
 else
-  NOTE="CPU backend: CUDA+MPI host staging not ready; " run shared-tp2-cpu 2 0 OMP_NUM_THREADS=$(( $(nproc) / 2 )) -- \
+  NOTE="CPU backend; " run shared-tp2-cpu 2 0 OMP_NUM_THREADS=$(( $(nproc) / 2 )) -- \
     --preset small --backend cpu --tp 2 --micro-batch 4 --steps 5 --threads $(( $(nproc) / 2 ))
 fi
 
