@@ -77,6 +77,17 @@ std::pair<const int*, const int*> in_segment(const std::vector<int>& list, const
   const int* e = std::lower_bound(b, list.data() + list.size(), plan.segment_end(t.segment));
   return {b, e};
 }
+// Calls copy(first unit, count) for each run of units in [b, e) that one copy can move: each next
+// unit follows on from the one before (`follows(prev, next)`: consecutive storage indices).
+template <typename Follows, typename Copy>
+void for_each_run(const int* b, const int* e, Follows follows, Copy copy) {
+  for (const int* u = b; u != e;) {
+    const int* r = u + 1;
+    while (r != e && follows(r[-1], *r)) ++r;
+    copy(*u, long(r - u));
+    u = r;
+  }
+}
 }  // namespace
 
 ReshardExchange::ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vector<ReshardTensor> tensors,
@@ -109,31 +120,27 @@ ReshardExchange::ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vecto
 
   // Pack peer by peer, tensor by tensor, in runs of units stored consecutively; finish() unpacks
   // in the same order.
+  auto src_follows = [&](int prev, int next) { return plan.src_index(next) == plan.src_index(prev) + 1; };
+  auto both_follow = [&](int prev, int next) {
+    return src_follows(prev, next) && plan.dst_index(next) == plan.dst_index(prev) + 1;
+  };
   float* out = sendbuf_.data();
   for (int p = 0; p < P; ++p)
     for (std::size_t k = 0; k < tensors_.size(); ++k) {
       const auto& t = tensors_[k];
       auto [b, e] = in_segment(plan.sends()[p], plan, t);
-      for (const int* u = b; u != e;) {
-        const int* r = u + 1;
-        while (r != e && plan.src_index(*r) == plan.src_index(r[-1]) + 1) ++r;
-        const long n = long(r - u) * t.unit_elems;
-        move(src_device_[k], out, t.src + long(plan.src_index(*u)) * t.unit_elems, n);
-        out += n, u = r;
-      }
+      for_each_run(b, e, src_follows, [&](int u, long units) {
+        move(src_device_[k], out, t.src + long(plan.src_index(u)) * t.unit_elems, units * t.unit_elems);
+        out += units * t.unit_elems;
+      });
     }
   for (std::size_t k = 0; k < tensors_.size(); ++k) {
     const auto& t = tensors_[k];
     auto [b, e] = in_segment(plan.kept(), plan, t);
-    for (const int* u = b; u != e;) {
-      const int* r = u + 1;
-      while (r != e && plan.src_index(*r) == plan.src_index(r[-1]) + 1 &&
-             plan.dst_index(*r) == plan.dst_index(r[-1]) + 1)
-        ++r;
-      move(src_device_[k] || dst_device_[k], t.dst + long(plan.dst_index(*u)) * t.unit_elems,
-           t.src + long(plan.src_index(*u)) * t.unit_elems, long(r - u) * t.unit_elems);
-      u = r;
-    }
+    for_each_run(b, e, both_follow, [&](int u, long units) {
+      move(src_device_[k] || dst_device_[k], t.dst + long(plan.dst_index(u)) * t.unit_elems,
+           t.src + long(plan.src_index(u)) * t.unit_elems, units * t.unit_elems);
+    });
   }
   request_ = comm.ialltoallv(sendbuf_.data(), scount, sdispl, recvbuf_.data(), rcount_, rdispl);
 }
@@ -160,13 +167,11 @@ void ReshardExchange::finish() {
     for (std::size_t k = 0; k < tensors_.size(); ++k) {
       const auto& t = tensors_[k];
       auto [b, e] = in_segment(plan_.recvs()[p], plan_, t);
-      for (const int* u = b; u != e;) {
-        const int* r = u + 1;
-        while (r != e && plan_.dst_index(*r) == plan_.dst_index(r[-1]) + 1) ++r;
-        const long n = long(r - u) * t.unit_elems;
-        move(dst_device_[k], t.dst + long(plan_.dst_index(*u)) * t.unit_elems, in, n);
-        in += n, u = r;
-      }
+      auto dst_follows = [&](int prev, int next) { return plan_.dst_index(next) == plan_.dst_index(prev) + 1; };
+      for_each_run(b, e, dst_follows, [&](int u, long units) {
+        move(dst_device_[k], t.dst + long(plan_.dst_index(u)) * t.unit_elems, in, units * t.unit_elems);
+        in += units * t.unit_elems;
+      });
     }
 }
 

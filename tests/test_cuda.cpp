@@ -259,37 +259,43 @@ TEST_F(Cuda, LayerNorm) {
   }
 }
 
-TEST_F(Cuda, Matmul) {
-  SEEDED_RNG(rng);
-  struct Shape {
-    int BT, C, OC;
-  };
-  for (WeightLayout layout : {WeightLayout::OutIn, WeightLayout::InOut}) {
-    for (Shape s : {Shape{1, 1, 1}, Shape{5, 3, 7}, Shape{64, 96, 40}, Shape{130, 768, 300}}) {
+// Every matmul test case: both weight layouts, a spread of shapes, with and without a bias.
+struct MatmulCase {
+  int BT, C, OC;
+};
+template <typename F>
+void for_each_matmul_case(F&& test) {
+  for (WeightLayout layout : {WeightLayout::OutIn, WeightLayout::InOut})
+    for (MatmulCase s : {MatmulCase{1, 1, 1}, MatmulCase{5, 3, 7}, MatmulCase{64, 96, 40}, MatmulCase{130, 768, 300}})
       for (bool with_bias : {false, true}) {
         SCOPED_TRACE(shape({s.BT, s.C, s.OC, layout == WeightLayout::OutIn ? 0 : 1, with_bias}));
-        const size_t ni = size_t(s.BT) * s.C, no = size_t(s.BT) * s.OC, nw = size_t(s.C) * s.OC;
-        const Vec x = rng.vec(ni), w = rng.vec(nw), b = rng.vec(s.OC), dout = rng.vec(no);
-        Vec out(no);
-        ntp::cpu::matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, s.BT, s.C, s.OC,
-                                 layout);
-        float *d_out = dev(rng.vec(no)), *d_x = dev(x), *d_w = dev(w);
-        be_->matmul_forward(d_out, d_x, d_w, with_bias ? dev(b) : nullptr, s.BT, s.C, s.OC, layout);
-        EXPECT_CLOSE(host(d_out, no), out, kTol);
-
-        // Backward accumulates; without a bias, also without dinp (as the engine's LM head).
-        Vec dx = rng.vec(ni), dw = rng.vec(nw), db = rng.vec(s.OC);
-        float *d_dx = dev(dx), *d_dw = dev(dw), *d_db = dev(db);
-        ntp::cpu::matmul_backward(with_bias ? dx.data() : nullptr, dw.data(), with_bias ? db.data() : nullptr,
-                                  dout.data(), x.data(), w.data(), s.BT, s.C, s.OC, layout);
-        be_->matmul_backward(with_bias ? d_dx : nullptr, d_dw, with_bias ? d_db : nullptr, dev(dout), d_x, d_w, s.BT,
-                             s.C, s.OC, layout);
-        EXPECT_CLOSE(host(d_dx, ni), dx, kTol);
-        EXPECT_CLOSE(host(d_dw, nw), dw, kTol);
-        EXPECT_CLOSE(host(d_db, s.OC), db, kTol);
+        test(s, layout, with_bias);
       }
-    }
-  }
+}
+
+TEST_F(Cuda, Matmul) {
+  SEEDED_RNG(rng);
+  for_each_matmul_case([&](MatmulCase s, WeightLayout layout, bool with_bias) {
+    const size_t ni = size_t(s.BT) * s.C, no = size_t(s.BT) * s.OC, nw = size_t(s.C) * s.OC;
+    const Vec x = rng.vec(ni), w = rng.vec(nw), b = rng.vec(s.OC), dout = rng.vec(no);
+    Vec out(no);
+    ntp::cpu::matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, s.BT, s.C, s.OC,
+                             layout);
+    float *d_out = dev(rng.vec(no)), *d_x = dev(x), *d_w = dev(w);
+    be_->matmul_forward(d_out, d_x, d_w, with_bias ? dev(b) : nullptr, s.BT, s.C, s.OC, layout);
+    EXPECT_CLOSE(host(d_out, no), out, kTol);
+
+    // Backward accumulates; without a bias, also without dinp (as the engine's LM head).
+    Vec dx = rng.vec(ni), dw = rng.vec(nw), db = rng.vec(s.OC);
+    float *d_dx = dev(dx), *d_dw = dev(dw), *d_db = dev(db);
+    ntp::cpu::matmul_backward(with_bias ? dx.data() : nullptr, dw.data(), with_bias ? db.data() : nullptr,
+                              dout.data(), x.data(), w.data(), s.BT, s.C, s.OC, layout);
+    be_->matmul_backward(with_bias ? d_dx : nullptr, d_dw, with_bias ? d_db : nullptr, dev(dout), d_x, d_w, s.BT,
+                         s.C, s.OC, layout);
+    EXPECT_CLOSE(host(d_dx, ni), dx, kTol);
+    EXPECT_CLOSE(host(d_dw, nw), dw, kTol);
+    EXPECT_CLOSE(host(d_db, s.OC), db, kTol);
+  });
 }
 
 TEST_F(Cuda, Bias) {
@@ -338,45 +344,37 @@ TEST_F(Cuda, Attention) {
 // bf16 GEMMs, fp32 bias and bias gradient (from the fp32 dout).
 TEST_F(CudaBf16, Matmul) {
   SEEDED_RNG(rng);
-  struct Shape {
-    int BT, C, OC;
-  };
-  for (WeightLayout layout : {WeightLayout::OutIn, WeightLayout::InOut}) {
-    for (Shape s : {Shape{1, 1, 1}, Shape{5, 3, 7}, Shape{64, 96, 40}, Shape{130, 768, 300}}) {
-      for (bool with_bias : {false, true}) {
-        SCOPED_TRACE(shape({s.BT, s.C, s.OC, layout == WeightLayout::OutIn ? 0 : 1, with_bias}));
-        const size_t ni = size_t(s.BT) * s.C, no = size_t(s.BT) * s.OC, nw = size_t(s.C) * s.OC;
-        const Vec x = rng.vec(ni), w = rng.vec(nw), b = rng.vec(s.OC), dout = rng.vec(no);
-        const Vec xr = round_bf16(x), wr = round_bf16(w), doutr = round_bf16(dout);
-        const float* bias = with_bias ? b.data() : nullptr;
-        Vec out(no), out_r(no);
-        ntp::cpu::matmul_forward(out.data(), x.data(), w.data(), bias, s.BT, s.C, s.OC, layout);
-        ntp::cpu::matmul_forward(out_r.data(), xr.data(), wr.data(), bias, s.BT, s.C, s.OC, layout);
-        float *d_out = dev(rng.vec(no)), *d_x = dev(x), *d_w = dev(w);
-        be_->matmul_forward(d_out, d_x, d_w, with_bias ? dev(b) : nullptr, s.BT, s.C, s.OC, layout);
-        const Vec got = host(d_out, no);
-        EXPECT_CLOSE(got, out, kTolBf16);
-        EXPECT_CLOSE(got, out_r, kTolBf16Operands);
+  for_each_matmul_case([&](MatmulCase s, WeightLayout layout, bool with_bias) {
+    const size_t ni = size_t(s.BT) * s.C, no = size_t(s.BT) * s.OC, nw = size_t(s.C) * s.OC;
+    const Vec x = rng.vec(ni), w = rng.vec(nw), b = rng.vec(s.OC), dout = rng.vec(no);
+    const Vec xr = round_bf16(x), wr = round_bf16(w), doutr = round_bf16(dout);
+    const float* bias = with_bias ? b.data() : nullptr;
+    Vec out(no), out_r(no);
+    ntp::cpu::matmul_forward(out.data(), x.data(), w.data(), bias, s.BT, s.C, s.OC, layout);
+    ntp::cpu::matmul_forward(out_r.data(), xr.data(), wr.data(), bias, s.BT, s.C, s.OC, layout);
+    float *d_out = dev(rng.vec(no)), *d_x = dev(x), *d_w = dev(w);
+    be_->matmul_forward(d_out, d_x, d_w, with_bias ? dev(b) : nullptr, s.BT, s.C, s.OC, layout);
+    const Vec got = host(d_out, no);
+    EXPECT_CLOSE(got, out, kTolBf16);
+    EXPECT_CLOSE(got, out_r, kTolBf16Operands);
 
-        // Backward accumulates; without a bias, also without dinp (as the engine's LM head).
-        Vec dx = rng.vec(ni), dw = rng.vec(nw), db = rng.vec(s.OC);
-        Vec dx_r = dx, dw_r = dw;
-        float *d_dx = dev(dx), *d_dw = dev(dw), *d_db = dev(db);
-        ntp::cpu::matmul_backward(with_bias ? dx.data() : nullptr, dw.data(), with_bias ? db.data() : nullptr,
-                                  dout.data(), x.data(), w.data(), s.BT, s.C, s.OC, layout);
-        ntp::cpu::matmul_backward(with_bias ? dx_r.data() : nullptr, dw_r.data(), nullptr, doutr.data(), xr.data(),
-                                  wr.data(), s.BT, s.C, s.OC, layout);
-        be_->matmul_backward(with_bias ? d_dx : nullptr, d_dw, with_bias ? d_db : nullptr, dev(dout), d_x, d_w, s.BT,
-                             s.C, s.OC, layout);
-        const Vec got_dx = host(d_dx, ni), got_dw = host(d_dw, nw);
-        EXPECT_CLOSE(got_dx, dx, kTolBf16);
-        EXPECT_CLOSE(got_dw, dw, kTolBf16);
-        EXPECT_CLOSE(got_dx, dx_r, kTolBf16Operands);
-        EXPECT_CLOSE(got_dw, dw_r, kTolBf16Operands);
-        EXPECT_CLOSE(host(d_db, s.OC), db, kTol);
-      }
-    }
-  }
+    // Backward accumulates; without a bias, also without dinp (as the engine's LM head).
+    Vec dx = rng.vec(ni), dw = rng.vec(nw), db = rng.vec(s.OC);
+    Vec dx_r = dx, dw_r = dw;
+    float *d_dx = dev(dx), *d_dw = dev(dw), *d_db = dev(db);
+    ntp::cpu::matmul_backward(with_bias ? dx.data() : nullptr, dw.data(), with_bias ? db.data() : nullptr,
+                              dout.data(), x.data(), w.data(), s.BT, s.C, s.OC, layout);
+    ntp::cpu::matmul_backward(with_bias ? dx_r.data() : nullptr, dw_r.data(), nullptr, doutr.data(), xr.data(),
+                              wr.data(), s.BT, s.C, s.OC, layout);
+    be_->matmul_backward(with_bias ? d_dx : nullptr, d_dw, with_bias ? d_db : nullptr, dev(dout), d_x, d_w, s.BT,
+                         s.C, s.OC, layout);
+    const Vec got_dx = host(d_dx, ni), got_dw = host(d_dw, nw);
+    EXPECT_CLOSE(got_dx, dx, kTolBf16);
+    EXPECT_CLOSE(got_dw, dw, kTolBf16);
+    EXPECT_CLOSE(got_dx, dx_r, kTolBf16Operands);
+    EXPECT_CLOSE(got_dw, dw_r, kTolBf16Operands);
+    EXPECT_CLOSE(host(d_db, s.OC), db, kTol);
+  });
 }
 
 // bf16 score and value GEMMs, fp32 softmax. The scores' operands are q and k, so att can be
