@@ -39,36 +39,41 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
   to_chunks_ = std::make_unique<ReshardPlan>(ReshardPlan::combine(to));
   from_chunks_ = std::make_unique<ReshardPlan>(ReshardPlan::combine(from));
 
+  // Aligned: this replica's placement is the chunk placement (decided from the whole replica's
+  // maps, so every rank of it agrees).
+  aligned_ = n == n2_;
+  for (int k = 0; k < 3; ++k)
+    aligned_ = aligned_ && layout.tp().map(kDims[k]).owners() == chunk_map(units[k], n, n2_).owners();
+
+  // The chunk buffer in arena order: the bucket of a layer is one range of it.
+  chunk_offset_.assign(layout.tensor_count(), 0);
+  std::size_t off = 0;
+  for (int t = 0; t < layout.tensor_count(); ++t) {
+    const auto& s = layout.specs()[t];
+    chunk_offset_[t] = off;
+    off += ParamLayout::padded(s.dim == ShardDim::Replicated
+                                   ? std::size_t(s.unit_elems)
+                                   : std::size_t(chunk_units_[dim_index(s.dim)]) * s.unit_elems);
+  }
+  if (aligned_ && tp_index_ < n2_ && off != layout.total())
+    throw std::logic_error("GradSync: an aligned replica's arena is not its chunk buffer");
   // Buckets in backward order: layer L-1 first, layer 0, then the rest (embeddings, final LN).
   const int L = m.layers;
   buckets_.resize(L + 1);
   for (int t = 0; t < layout.tensor_count(); ++t) {
     const int first = layer_tensor(0, LayerTensor(0)), end = layer_tensor(L, LayerTensor(0));
-    buckets_[t >= first && t < end ? L - 1 - (t - first) / kPerLayer : L].tensors.push_back(t);
+    auto& bk = buckets_[t >= first && t < end ? L - 1 - (t - first) / kPerLayer : L];
+    const std::size_t len = (t + 1 < layout.tensor_count() ? chunk_offset_[t + 1] : off) - chunk_offset_[t];
+    if (!bk.tensors.empty() && bk.tensors.back() == t - 1)
+      bk.ranges.back().second += len;
+    else
+      bk.ranges.emplace_back(chunk_offset_[t], len);
+    bk.tensors.push_back(t);
   }
-  // Core rank i's chunk buffer, bucket by bucket: the bucket's chunk-i units of every sharded
-  // tensor, then its replicated tensors (contiguous, so a bucket is one all-reduce).
-  chunk_offset_.assign(layout.tensor_count(), 0);
-  staging_offset_.assign(layout.tensor_count(), 0);
-  std::size_t off = 0, staged = 0;
-  for (auto& bk : buckets_) {
-    bk.begin = off;
-    for (int t : bk.tensors) {
-      const auto& s = layout.specs()[t];
-      if (s.dim == ShardDim::Replicated) continue;
-      chunk_offset_[t] = off;
-      off += std::size_t(chunk_units_[dim_index(s.dim)]) * s.unit_elems;
-    }
-    bk.rep_begin = off, bk.staging = staged;
-    for (int t : bk.tensors) {
-      if (layout.specs()[t].dim != ShardDim::Replicated) continue;
-      chunk_offset_[t] = off, staging_offset_[t] = staged;
-      off += layout.slot(t).elems, staged += layout.slot(t).elems;
-    }
-    bk.rep_size = off - bk.rep_begin, bk.size = off - bk.begin;
+  if (tp_index_ < n2_ && !aligned_) {
+    chunk_ = Arena(be, off);
+    chunk_.zero();  // the padding between tensors rides along in the all-reduces
   }
-  if (tp_index_ < n2_) chunk_ = Arena(be, off);
-  replicated_ = Arena(be, staged);
   regroup_.resize(buckets_.size());
   reverse_.resize(buckets_.size());
 }
@@ -76,34 +81,31 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
 GradSync::~GradSync() = default;
 
 std::vector<ReshardTensor> GradSync::tensors(int b, bool to_chunks) {
-  const Bucket& bk = buckets_[b];
   const bool core = tp_index_ < n2_;
   std::vector<ReshardTensor> v;
-  for (int t : bk.tensors) {
+  for (int t : buckets_[b].tensors) {
     const auto& s = layout_.specs()[t];
-    if (s.dim == ShardDim::Replicated) continue;
-    const int seg = dim_index(s.dim);
     float* arena = grads_ + layout_.slot(t).offset;
-    float* chunk = core ? chunk_.data() + chunk_offset_[t] : nullptr;
-    v.push_back(to_chunks ? ReshardTensor{arena, chunk, s.unit_elems, seg} : ReshardTensor{chunk, arena, s.unit_elems, seg});
-  }
-  if (!to_chunks && bk.rep_size > 0) {
-    const float* rep = tp_index_ == 0 ? chunk_.data() + bk.rep_begin : nullptr;
-    v.push_back({rep, replicated_.data() + bk.staging, static_cast<long>(bk.rep_size), 3});
+    if (s.dim == ShardDim::Replicated) {
+      // Back from chunks only: core rank 0's summed copy to every rank (kept in place there when
+      // its chunk buffer is the arena).
+      if (!to_chunks) v.push_back({tp_index_ == 0 ? chunk() + chunk_offset_[t] : nullptr, arena, s.unit_elems, 3});
+      continue;
+    }
+    if (aligned_) continue;  // already in place
+    float* c = core ? chunk() + chunk_offset_[t] : nullptr;
+    v.push_back(to_chunks ? ReshardTensor{arena, c, s.unit_elems, dim_index(s.dim)}
+                          : ReshardTensor{c, arena, s.unit_elems, dim_index(s.dim)});
   }
   return v;
 }
 
+// Replicated gradients ride along in every slot's all-reduce.
 void GradSync::pack_replicated(int b) {
+  if (aligned_) return;  // they are in the arena already
   for (int t : buckets_[b].tensors)
     if (layout_.specs()[t].dim == ShardDim::Replicated)
-      be_.copy(chunk_.data() + chunk_offset_[t], grads_ + layout_.slot(t).offset, layout_.slot(t).elems);
-}
-
-void GradSync::unpack_replicated(int b) {
-  for (int t : buckets_[b].tensors)
-    if (layout_.specs()[t].dim == ShardDim::Replicated)
-      be_.copy(grads_ + layout_.slot(t).offset, replicated_.data() + staging_offset_[t], layout_.slot(t).elems);
+      be_.copy(chunk() + chunk_offset_[t], grads_ + layout_.slot(t).offset, layout_.slot(t).elems);
 }
 
 void GradSync::begin(float* grads) {
@@ -112,6 +114,7 @@ void GradSync::begin(float* grads) {
 }
 
 void GradSync::post_regroup(int b) {
+  if (aligned_) return;  // every chunk is where it belongs
   regroup_[b] = {std::make_unique<ReshardExchange>(tp_, *to_chunks_, tensors(b, true), &be_), PhaseClock::clock::now()};
 }
 
@@ -128,6 +131,7 @@ void GradSync::progress() {
 }
 
 void GradSync::complete(InFlight& f) {
+  if (!f.exchange) return;  // nothing was posted (an aligned replica's regroup)
   PhaseScope p(clock_, Phase::Reshard);
   f.exchange->finish();
   const double sent = f.exchange->bytes_sent();
@@ -161,7 +165,7 @@ void GradSync::finish() {
   {
     PhaseScope p(clock_, Phase::Reshard);
     for (int b = 0; b < B; ++b)
-      if (!regroup_[b].exchange) post_regroup(b);
+      if (!regroup_[b].exchange) post_regroup(b);  // buckets no ready call announced
   }
   // The embedding bucket (last to be ready) goes second: see the header.
   std::vector<int> order;
@@ -173,16 +177,12 @@ void GradSync::finish() {
     complete(regroup_[b]);
     if (slot_) {
       pack_replicated(b);
-      allreduce(chunk_.data() + buckets_[b].begin, buckets_[b].size);
+      for (const auto& [off, n] : buckets_[b].ranges) allreduce(chunk() + off, n);
     }
     PhaseScope p(clock_, Phase::Reshard);
     reverse_[b] = {std::make_unique<ReshardExchange>(tp_, *from_chunks_, tensors(b, false), &be_), PhaseClock::clock::now()};
   }
-  for (int b : order) {
-    complete(reverse_[b]);
-    PhaseScope p(clock_, Phase::Reshard);
-    unpack_replicated(b);  // every rank gets core rank 0's summed replicated gradients
-  }
+  for (int b : order) complete(reverse_[b]);
   grads_ = nullptr;
 }
 
@@ -202,7 +202,8 @@ double GradSync::global_norm(const float* grads) {
       if (rep && tp_index_ != 0) continue;
       const float* x = grads + layout_.slot(t).offset;
       long n = layout_.slot(t).elems;
-      if (!uniform_ && !rep) x = chunk_.data() + chunk_offset_[t], n = long(chunk_units_[dim_index(s.dim)]) * s.unit_elems;
+      if (!uniform_ && !rep)
+        x = (aligned_ ? grads : chunk_.data()) + chunk_offset_[t], n = long(chunk_units_[dim_index(s.dim)]) * s.unit_elems;
       partial[rep ? n2_ : tp_index_] += be_.sum_squares(x, n);
     }
   }

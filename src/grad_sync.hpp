@@ -17,9 +17,15 @@
 // reverse the rest. Exposed cost: what of the regroups the backward could not hide, the
 // all-reduces, and the last bucket's reverse.
 //
+// Core rank i's chunk buffer is laid out as the gradient arena of rank i at TP N2 with the even
+// split (tensors in arena order, chunk units ascending). A replica that already runs at N2 with
+// that split (the degraded one, typically) therefore all-reduces its arena in place: no regroup,
+// and its reverse carries only the replicated copies.
+//
 // The global gradient norm is assembled so that every rank of every replica gets bitwise the same
 // value (one partial per sync slot, summed in slot order), which keeps parameters identical.
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "arena.hpp"
@@ -55,16 +61,17 @@ class GradSync final : public BackwardObserver {
 
   // The global L2 norm of the summed gradients (call after finish).
   double global_norm(const float* grads);
+  // Whether this replica all-reduces its gradient arena in place (see above).
+  bool chunks_in_place() const { return aligned_; }
   // Bytes this rank sent in the last sync (all-reduce counted as a ring's 2(n-1)/n).
   double bytes_sent() const { return bytes_; }
 
  private:
   struct Bucket {
-    std::vector<int> tensors;            // arena tensors, ascending
-    std::size_t begin = 0, size = 0;     // core ranks: its range of chunk_ (sharded chunks, then replicated)
-    std::size_t rep_begin = 0;           // its replicated tensors within chunk_ ...
-    std::size_t rep_size = 0;
-    std::size_t staging = 0;             // ... and within replicated_
+    std::vector<int> tensors;  // arena tensors, ascending
+    // Its ranges of the chunk buffer (offset, floats): consecutive tensors merged, so a layer is one
+    // range and the embedding bucket two (wte and wpe, then the final LayerNorm).
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
   };
   struct InFlight {
     std::unique_ptr<ReshardExchange> exchange;
@@ -74,7 +81,7 @@ class GradSync final : public BackwardObserver {
   void complete(InFlight& f);
   std::vector<ReshardTensor> tensors(int b, bool to_chunks);
   void pack_replicated(int b);
-  void unpack_replicated(int b);
+  float* chunk() { return aligned_ ? grads_ : chunk_.data(); }
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -90,10 +97,11 @@ class GradSync final : public BackwardObserver {
   std::unique_ptr<ReshardPlan> to_chunks_, from_chunks_;  // segments: heads, mlp, vocab (+ replicated copies)
   std::vector<int> chunk_units_;                          // per sharded dimension, this rank's chunk units
   std::vector<Bucket> buckets_;                           // in the order the backward finishes them
-  std::vector<std::size_t> chunk_offset_;                 // per tensor, within chunk_
-  std::vector<std::size_t> staging_offset_;               // per replicated tensor, within replicated_
-  Arena chunk_;        // core ranks: chunk i of every tensor, bucket by bucket (backend memory)
-  Arena replicated_;   // core rank 0's summed replicated gradients
+  std::vector<std::size_t> chunk_offset_;                 // per tensor, within the chunk buffer
+  // The replica already holds chunk i on rank i (its degree is N2 with the even split): the chunk
+  // buffer is the gradient arena itself, and there is no regroup and no copying back.
+  bool aligned_ = false;
+  Arena chunk_;  // core ranks of other replicas: chunk i of every tensor, in arena order (backend memory)
   std::vector<InFlight> regroup_, reverse_;               // per bucket
   PhaseClock::clock::time_point link_free_{};             // paced: when the emulated TP link is next free
 };

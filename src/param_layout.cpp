@@ -57,8 +57,7 @@ ParamLayout::ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank)
     else
       slot.units = tp_.map(s.dim).units_of(tp_rank);
     slot.elems = s.unit_elems * static_cast<long>(slot.units.size());
-    // Keep every tensor 64-byte aligned for vectorised kernels.
-    total_ += (static_cast<std::size_t>(slot.elems) + 15) / 16 * 16;
+    total_ += padded(static_cast<std::size_t>(slot.elems));
     slots_.push_back(std::move(slot));
   }
 }

@@ -56,6 +56,9 @@ class ParamLayout {
   const TensorSlot& slot(int tensor) const { return slots_[tensor]; }
   std::size_t total() const { return total_; }
   int tensor_count() const { return static_cast<int>(specs_.size()); }
+  // The arena space a tensor of `elems` floats takes: every tensor starts 64-byte aligned, for
+  // vectorised kernels.
+  static std::size_t padded(std::size_t elems) { return (elems + 15) / 16 * 16; }
   // Local unit count of a sharded dimension on this rank.
   int local(ShardDim d) const { return tp_.map(d).count(tp_rank_); }
 

@@ -138,8 +138,9 @@ ReshardExchange::ReshardExchange(Comm& comm, const ReshardPlan& plan, std::vecto
     const auto& t = tensors_[k];
     auto [b, e] = in_segment(plan.kept(), plan, t);
     for_each_run(b, e, both_follow, [&](int u, long units) {
-      move(src_device_[k] || dst_device_[k], t.dst + long(plan.dst_index(u)) * t.unit_elems,
-           t.src + long(plan.src_index(u)) * t.unit_elems, units * t.unit_elems);
+      float* to = t.dst + long(plan.dst_index(u)) * t.unit_elems;
+      const float* from = t.src + long(plan.src_index(u)) * t.unit_elems;
+      if (to != from) move(src_device_[k] || dst_device_[k], to, from, units * t.unit_elems);
     });
   }
   request_ = comm.ialltoallv(sendbuf_.data(), scount, sdispl, recvbuf_.data(), rcount_, rdispl);

@@ -55,7 +55,8 @@ class ReshardPlan {
 
 struct ReshardTensor {
   const float* src;  // the segment's source units (this rank's storage; null where it holds none)
-  float* dst;        // the segment's destination units; must not overlap src
+  float* dst;        // the segment's destination units; must not overlap src, except that a kept
+                     // unit may already be in place (same address: nothing to copy)
   long unit_elems;
   int segment = 0;   // which segment of a combined plan the tensor's units are
 };
