@@ -3,8 +3,8 @@
 //
 // ntp_sync/<model>/<n1>-><n2>: two replicas, one healthy at TP n1 (ranks 0..n1-1, core/extra
 //   layout for sync degree n2), one degraded at TP n2 (the next n2 ranks). GradSync in chunk mode:
-//   reshard to chunks inside each replica, all-reduce chunk i among the core ranks i, reverse
-//   reshard, broadcast of the replicated tensors. Baselines, timed interleaved with it in the same
+//   reshard to chunks inside the healthy replica (the degraded one holds them already), all-reduce
+//   chunk i among the core ranks i, reverse reshard with copies of the replicated tensors. Baselines, timed interleaved with it in the same
 //   rounds (medians of kSyncRounds), twice: serially (GradSync::sync, nothing to hide behind) and
 //   overlapped as in training (exposed_*: after an emulated backward of kBackwardPerAllreduce
 //   uniform all-reduces that posted each layer's regroup as it finished; the figure is the time the
