@@ -1,9 +1,13 @@
 // The resilience building blocks: the reshard primitive, NTP layouts, the NTP gradient sync with
-// replicas at several TP degrees at once, and per-policy configurations. Run under mpiexec -n 8.
+// replicas at several TP degrees at once (on host and stand-in device memory), and per-policy
+// configurations. Run under mpiexec -n 8.
 #include <numeric>
 #include <set>
 
+#include "arena.hpp"
+#include "comm_staged.hpp"
 #include "configuration.hpp"
+#include "encoded_memory_backend.hpp"
 #include "grad_sync.hpp"
 #include "ntp_layout.hpp"
 #include "param_layout.hpp"
@@ -50,8 +54,9 @@ TEST(Reshard, RandomPlacementsLandWhereTheTargetSays) {
     reshard(*world, plan, {{mine.data(), out.data(), ue}});
     long k = 0;
     for (int u = 0; u < units; ++u)
-      if (dst[u] == me)
+      if (dst[u] == me) {
         for (long e = 0; e < ue; ++e, ++k) ASSERT_EQ(out[k], 1000.0f * u + e) << "trial " << trial << " unit " << u;
+      }
     EXPECT_EQ(k, long(out.size()));
     for (int p = 0; p < P; ++p)
       for (int u : plan.sends()[p]) EXPECT_NE(src[u], dst[u]) << "unit " << u << " was already in place";
@@ -97,8 +102,9 @@ TEST(Reshard, CombinedPlansMoveEverySegment) {
       const int k = int(i / 2);
       long j = 0;
       for (int u = 0; u < int(dsts[k].size()); ++u)
-        if (dsts[k][u] == me)
+        if (dsts[k][u] == me) {
           for (long e = 0; e < ues[i]; ++e, ++j) EXPECT_EQ(out[i][j], 1e4f * k + 100.0f * u + e);
+        }
     }
   }
 }
@@ -121,7 +127,9 @@ TEST(NtpLayout, MatchesThePapersExample) {
         const ShardMap chunks = chunk_map(units, n, n2);
         for (int r = 0; r < n; ++r) EXPECT_EQ(c.count(r), even.count(r));
         for (int u = 0; u < units; ++u)
-          if (c.owner(u) < n2) EXPECT_EQ(chunks.owner(u), c.owner(u));
+          if (c.owner(u) < n2) {
+            EXPECT_EQ(chunks.owner(u), c.owner(u));
+          }
       }
 }
 
@@ -165,78 +173,91 @@ class NtpSync : public ::testing::TestWithParam<std::vector<int>> {};
 // After the sync every rank's gradient shard equals the sum over replicas computed without
 // sharding; the global norm is that of the summed gradient and bitwise equal on every rank. Run
 // twice with one GradSync: plainly (sync), then overlapped as in training (begin, the layers'
-// ready calls in backward order, finish).
+// ready calls in backward order, finish). All of it twice more: on host memory over MPI, and on
+// the encoded stand-in for device memory over host-staged communicators (shared-GPU ranks).
 TEST_P(NtpSync, EqualsTheUnshardedSum) {
   const auto degrees = GetParam();
   const int need = std::accumulate(degrees.begin(), degrees.end(), 0);
   if (need > world_size()) GTEST_SKIP() << "needs " << need << " ranks";
   ModelConfig m{48, 8, 3, 12, 24};  // 3 layers, 12 heads, 96 MLP columns, 48 vocabulary rows
   const Configuration cfg = configuration_for_degrees(m, degrees);
-  auto world = world_comm();
-  const int me = world->rank();
-  const int q = me < need ? cfg.replica_of(me) : -1, idx = q >= 0 ? cfg.tp_index_of(me) : -1;
-  auto tp = world->split(q, idx);
-  auto slot = world->split(q >= 0 && idx < cfg.n2 ? idx : -1, q);
-  if (q < 0) return;
-  auto be = make_cpu_backend();
-  const ParamLayout layout(m, cfg.replicas[q].layout, idx);
-  PhaseClock clock;
-  Pacer pacer(PacingConfig{});
-  GradSync sync(cfg, q, idx, *tp, slot.get(), layout, *be, clock, pacer);
-  // A replica already at the sync degree holds chunk i on rank i: it syncs without copies.
-  if (!cfg.uniform()) EXPECT_EQ(sync.chunks_in_place(), cfg.replicas[q].degree() == cfg.n2);
-  for (const bool overlapped : {false, true}) {
-    SCOPED_TRACE(overlapped ? "overlapped" : "plain");
-    std::vector<float> grads(layout.total(), 0.0f);
-    for (int t = 0; t < layout.tensor_count(); ++t) {
-      const auto& s = layout.specs()[t];
-      const auto& slot_t = layout.slot(t);
-      long k = 0;
-      for (int u : slot_t.units)
-        for (long e = 0; e < s.unit_elems; ++e, ++k) grads[slot_t.offset + k] = grad_value(q, t, long(u) * s.unit_elems + e);
+  for (const bool on_device : {false, true}) {
+    SCOPED_TRACE(on_device ? "encoded device memory, host-staged communicators" : "host memory");
+    std::unique_ptr<Backend> be;
+    if (on_device)
+      be = std::make_unique<EncodedMemoryBackend>();
+    else
+      be = make_cpu_backend();
+    auto world = on_device ? make_host_staged_comm(world_comm(), *be) : world_comm();
+    const int me = world->rank();
+    const int q = me < need ? cfg.replica_of(me) : -1, idx = q >= 0 ? cfg.tp_index_of(me) : -1;
+    auto tp = world->split(q, idx);
+    auto slot = world->split(q >= 0 && idx < cfg.n2 ? idx : -1, q);
+    if (q < 0) continue;
+    const ParamLayout layout(m, cfg.replicas[q].layout, idx);
+    PhaseClock clock;
+    Pacer pacer(PacingConfig{});
+    GradSync sync(cfg, q, idx, *tp, slot.get(), layout, *be, clock, pacer);
+    // A replica already at the sync degree holds chunk i on rank i: it syncs without copies.
+    if (!cfg.uniform()) {
+      EXPECT_EQ(sync.chunks_in_place(), cfg.replicas[q].degree() == cfg.n2);
     }
-    if (overlapped) {
-      sync.begin(grads.data());
-      for (int l = m.layers - 1; l >= 0; --l) sync.layer_gradients_ready(l);
-      sync.finish();
-    } else {
-      sync.sync(grads.data());
-    }
-    double expect_sq = 0;
-    int wrong = 0;  // counted, not asserted: an early return would leave the other ranks in a collective
-    std::string first_wrong;
-    for (int t = 0; t < layout.tensor_count(); ++t) {
-      const auto& s = layout.specs()[t];
-      const auto& slot_t = layout.slot(t);
-      long k = 0;
-      for (int u : slot_t.units)
-        for (long e = 0; e < s.unit_elems; ++e, ++k) {
-          float sum = 0;
-          for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, long(u) * s.unit_elems + e);
-          if (std::fabs(grads[slot_t.offset + k] - sum) > 1e-5f * (1 + std::fabs(sum)) && !wrong++)
-            first_wrong = s.name + " unit " + std::to_string(u) + " element " + std::to_string(e) + ": got " +
-                          std::to_string(grads[slot_t.offset + k]) + ", want " + std::to_string(sum);
-        }
-      // The norm counts every element of the full tensor once.
-      for (long e = 0; e < s.full_elems(m); ++e) {
-        float sum = 0;
-        for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, e);
-        expect_sq += double(sum) * sum;
+    Arena grads(*be, layout.total());
+    for (const bool overlapped : {false, true}) {
+      SCOPED_TRACE(overlapped ? "overlapped" : "plain");
+      std::vector<float> host(layout.total(), 0.0f);
+      for (int t = 0; t < layout.tensor_count(); ++t) {
+        const auto& s = layout.specs()[t];
+        const auto& slot_t = layout.slot(t);
+        long k = 0;
+        for (int u : slot_t.units)
+          for (long e = 0; e < s.unit_elems; ++e, ++k) host[slot_t.offset + k] = grad_value(q, t, long(u) * s.unit_elems + e);
       }
-    }
-    EXPECT_EQ(wrong, 0) << "rank " << me << ": first wrong " << first_wrong;
-    double norm = sync.global_norm(grads.data());
-    EXPECT_NEAR(norm, std::sqrt(expect_sq), 1e-5 * std::sqrt(expect_sq));
-    // Bitwise equal everywhere: compare against the max over the group.
-    double hi = norm, lo = -norm;
-    tp->allreduce_max(&hi, 1);
-    tp->allreduce_max(&lo, 1);
-    EXPECT_EQ(hi, norm);
-    EXPECT_EQ(-lo, norm);
-    if (slot) {
-      double shi = norm;
-      slot->allreduce_max(&shi, 1);
-      EXPECT_EQ(shi, norm);
+      be->from_host(grads.data(), host.data(), host.size());
+      if (overlapped) {
+        sync.begin(grads.data());
+        for (int l = m.layers - 1; l >= 0; --l) sync.layer_gradients_ready(l);
+        sync.finish();
+      } else {
+        sync.sync(grads.data());
+      }
+      be->to_host(host.data(), grads.data(), host.size());
+      double expect_sq = 0;
+      int wrong = 0;  // counted, not asserted: an early return would leave the other ranks in a collective
+      std::string first_wrong;
+      for (int t = 0; t < layout.tensor_count(); ++t) {
+        const auto& s = layout.specs()[t];
+        const auto& slot_t = layout.slot(t);
+        long k = 0;
+        for (int u : slot_t.units)
+          for (long e = 0; e < s.unit_elems; ++e, ++k) {
+            float sum = 0;
+            for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, long(u) * s.unit_elems + e);
+            if (!(std::fabs(host[slot_t.offset + k] - sum) <= 1e-5f * (1 + std::fabs(sum))) && !wrong++)  // NaN is wrong
+              first_wrong = s.name + " unit " + std::to_string(u) + " element " + std::to_string(e) + ": got " +
+                            std::to_string(host[slot_t.offset + k]) + ", want " + std::to_string(sum);
+          }
+        // The norm counts every element of the full tensor once.
+        for (long e = 0; e < s.full_elems(m); ++e) {
+          float sum = 0;
+          for (int p = 0; p < static_cast<int>(degrees.size()); ++p) sum += grad_value(p, t, e);
+          expect_sq += double(sum) * sum;
+        }
+      }
+      EXPECT_EQ(wrong, 0) << "rank " << me << ": first wrong " << first_wrong;
+      double norm = sync.global_norm(grads.data());
+      EXPECT_NEAR(norm, std::sqrt(expect_sq), 1e-5 * std::sqrt(expect_sq));
+      // Bitwise equal everywhere: compare against the max over the group.
+      double hi = norm, lo = -norm;
+      tp->allreduce_max(&hi, 1);
+      tp->allreduce_max(&lo, 1);
+      EXPECT_EQ(hi, norm);
+      EXPECT_EQ(-lo, norm);
+      if (slot) {
+        double shi = norm;
+        slot->allreduce_max(&shi, 1);
+        EXPECT_EQ(shi, norm);
+      }
     }
   }
 }
