@@ -55,7 +55,7 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
                                    ? std::size_t(s.unit_elems)
                                    : std::size_t(chunk_units_[dim_index(s.dim)]) * s.unit_elems);
   }
-  if (aligned_ && tp_index_ < n2_ && off != layout.total())
+  if (aligned_ && off != layout.total())
     throw std::logic_error("GradSync: an aligned replica's arena is not its chunk buffer");
   // Buckets in backward order: layer L-1 first, layer 0, then the rest (embeddings, final LN).
   const int L = m.layers;
