@@ -118,6 +118,16 @@ class Run:
         return (self.steps["t_end"] - self.steps["t_start"]).to_numpy(dtype=float)
 
 
+def _read_table(f: h5py.File, path: Any, name: str, required: tuple | list, why: str = "") -> pd.DataFrame:
+    """A compound dataset as a DataFrame; SchemaError naming the fields it lacks."""
+    raw = f[name][()]
+    names = raw.dtype.names or ()
+    lacking = [n for n in required if n not in names]
+    if lacking:
+        raise SchemaError(f"{path}: /{name} lacks field(s) {', '.join(lacking)}{why}")
+    return pd.DataFrame({n: _decode_column(raw[n]) for n in names})
+
+
 def empty_events() -> pd.DataFrame:
     return pd.DataFrame({k: pd.Series(dtype=t) for k, t in EVENT_DTYPES.items()})
 
@@ -144,12 +154,7 @@ def load_run(path: str | os.PathLike) -> Run:
         missing = [d for d in ("steps", "replicas", "ranks/phase_times") if d not in f]
         if missing:
             raise SchemaError(f"{path}: required dataset(s) missing: {', '.join('/' + m for m in missing)}")
-        raw = f["steps"][()]
-        names = raw.dtype.names or ()
-        lacking = [n for n in STEP_FIELDS if n not in names]
-        if lacking:
-            raise SchemaError(f"{path}: /steps lacks field(s) {', '.join(lacking)} required by schema 1")
-        steps = pd.DataFrame({n: _decode_column(raw[n]) for n in names})
+        steps = _read_table(f, path, "steps", STEP_FIELDS, " required by schema 1")
 
         replicas = {}
         for name in REPLICA_DATASETS:
@@ -172,12 +177,7 @@ def load_run(path: str | os.PathLike) -> Run:
                               f"{len(phases)} phase names")
 
         if "events" in f:
-            ev_raw = f["events"][()]
-            ev_names = ev_raw.dtype.names or ()
-            lacking = [n for n in EVENT_FIELDS if n not in ev_names]
-            if lacking:
-                raise SchemaError(f"{path}: /events lacks field(s) {', '.join(lacking)}")
-            events = pd.DataFrame({n: _decode_column(ev_raw[n]) for n in ev_names})
+            events = _read_table(f, path, "events", EVENT_FIELDS)
             if len(events) == 0:
                 events = empty_events()
         else:

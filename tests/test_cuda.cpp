@@ -315,15 +315,26 @@ TEST_F(Cuda, Bias) {
   }
 }
 
+// Attention shapes shared by the fp32 and bf16 tests; sizes of qkv, out and att.
+struct AttentionCase {
+  int B, T, NH, HS;
+  size_t nqkv() const { return size_t(B) * T * NH * 3 * HS; }
+  size_t nout() const { return size_t(B) * T * NH * HS; }
+  size_t natt() const { return size_t(B) * NH * T * T; }
+};
+template <typename F>
+void for_each_attention_case(F&& test) {
+  for (AttentionCase s : {AttentionCase{1, 1, 1, 1}, AttentionCase{2, 5, 3, 4}, AttentionCase{2, 33, 2, 16},
+                          AttentionCase{1, 100, 4, 64}}) {
+    SCOPED_TRACE(shape({s.B, s.T, s.NH, s.HS}));
+    test(s);
+  }
+}
+
 TEST_F(Cuda, Attention) {
   SEEDED_RNG(rng);
-  struct Shape {
-    int B, T, NH, HS;
-  };
-  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 5, 3, 4}, Shape{2, 33, 2, 16}, Shape{1, 100, 4, 64}}) {
-    SCOPED_TRACE(shape({s.B, s.T, s.NH, s.HS}));
-    const size_t nqkv = size_t(s.B) * s.T * s.NH * 3 * s.HS, nout = size_t(s.B) * s.T * s.NH * s.HS;
-    const size_t natt = size_t(s.B) * s.NH * s.T * s.T;
+  for_each_attention_case([&](AttentionCase s) {
+    const size_t nqkv = s.nqkv(), nout = s.nout(), natt = s.natt();
     const Vec qkv = rng.vec(nqkv, -2.0f, 2.0f), dout = rng.vec(nout);
     Vec out(nout), att(natt);
     ntp::cpu::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.HS);
@@ -338,7 +349,7 @@ TEST_F(Cuda, Attention) {
                                  s.HS);
     be_->attention_backward(d_dqkv, dev(rng.vec(natt)), dev(dout), d_qkv, d_att, s.B, s.T, s.NH, s.HS);
     EXPECT_CLOSE(host(d_dqkv, nqkv), dqkv, kTol);
-  }
+  });
 }
 
 // bf16 GEMMs, fp32 bias and bias gradient (from the fp32 dout).
@@ -382,13 +393,8 @@ TEST_F(CudaBf16, Matmul) {
 // softmax gradient. The backward is given the CPU's att, so each direction sees the same inputs.
 TEST_F(CudaBf16, Attention) {
   SEEDED_RNG(rng);
-  struct Shape {
-    int B, T, NH, HS;
-  };
-  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 5, 3, 4}, Shape{2, 33, 2, 16}, Shape{1, 100, 4, 64}}) {
-    SCOPED_TRACE(shape({s.B, s.T, s.NH, s.HS}));
-    const size_t nqkv = size_t(s.B) * s.T * s.NH * 3 * s.HS, nout = size_t(s.B) * s.T * s.NH * s.HS;
-    const size_t natt = size_t(s.B) * s.NH * s.T * s.T;
+  for_each_attention_case([&](AttentionCase s) {
+    const size_t nqkv = s.nqkv(), nout = s.nout(), natt = s.natt();
     const Vec qkv = rng.vec(nqkv, -2.0f, 2.0f), dout = rng.vec(nout);
     Vec out(nout), att(natt), out_r(nout), att_r(natt);
     ntp::cpu::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.HS);
@@ -406,7 +412,7 @@ TEST_F(CudaBf16, Attention) {
                                  s.HS);
     be_->attention_backward(d_dqkv, dev(rng.vec(natt)), dev(dout), d_qkv, dev(att), s.B, s.T, s.NH, s.HS);
     EXPECT_CLOSE(host(d_dqkv, nqkv), dqkv, kTolBf16);
-  }
+  });
 }
 
 // The three stages on one rank of a vocabulary split (no all-reduce between them: one rank).

@@ -51,34 +51,39 @@ NTP_AVX2 void backward_avx2(float* dinp, const float* inp, const float* dout, lo
   }
   for (; i < n; i++) dinp[i] += gelu_grad(inp[i]) * dout[i];
 }
+
+// Calls body(i0, n) for each kChunk-element piece of [0, N), in parallel for large N.
+template <typename Body>
+void for_each_chunk(long N, Body body) {
+  const long chunks = (N + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (N >= detail::kParallelMinElems)
+  for (long ch = 0; ch < chunks; ch++) {
+    const long i0 = ch * kChunk;
+    body(i0, N - i0 < kChunk ? N - i0 : kChunk);
+  }
+}
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, long N) {
   const bool avx2 = detail::has_avx2_fma();
-  const long chunks = (N + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (N >= detail::kParallelMinElems)
-  for (long ch = 0; ch < chunks; ch++) {
-    const long i0 = ch * kChunk, n = N - i0 < kChunk ? N - i0 : kChunk;
+  for_each_chunk(N, [&](long i0, long n) {
     if (avx2) {
       forward_avx2(out + i0, inp + i0, n);
     } else {
       for (long i = i0; i < i0 + n; i++) out[i] = gelu_f(inp[i]);
     }
-  }
+  });
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, long N) {
   const bool avx2 = detail::has_avx2_fma();
-  const long chunks = (N + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (N >= detail::kParallelMinElems)
-  for (long ch = 0; ch < chunks; ch++) {
-    const long i0 = ch * kChunk, n = N - i0 < kChunk ? N - i0 : kChunk;
+  for_each_chunk(N, [&](long i0, long n) {
     if (avx2) {
       backward_avx2(dinp + i0, inp + i0, dout + i0, n);
     } else {
       for (long i = i0; i < i0 + n; i++) dinp[i] += gelu_grad(inp[i]) * dout[i];
     }
-  }
+  });
 }
 
 }  // namespace ntp::cpu
