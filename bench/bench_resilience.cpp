@@ -50,6 +50,7 @@
 #include "comm.hpp"
 #include "configuration.hpp"
 #include "grad_sync.hpp"
+#include "machine.hpp"
 #include "model_config.hpp"
 #include "ntp_layout.hpp"
 #include "options.hpp"

@@ -21,6 +21,7 @@
 
 #include "bench/bench_util.hpp"
 #include "comm.hpp"
+#include "machine.hpp"
 #include "model_config.hpp"
 #include "options.hpp"
 #include "phase_clock.hpp"

@@ -1,12 +1,12 @@
-# CUDA backend (kernels/cuda, src/backend_cuda.cu) and NCCL communication (src/comm_nccl.cpp).
-# Included by the top-level CMakeLists.txt after the engine block. Builds only where nvcc is
-# found and NCCL is installed; -DNTPBENCH_CUDA=OFF skips it. Sets NTPBENCH_HAVE_CUDA (a CMake
-# variable, for tests/) and the compile definition of the same name on ntp_engine, so
-# make_backend("cuda", ...) dispatches to make_cuda_backend().
+# CUDA backend (kernels/cuda, src/backend/backend_cuda.cu) and NCCL communication
+# (src/comm/comm_nccl.cpp). Included by the top-level CMakeLists.txt after src/, whose rooms it
+# links into. Builds only where nvcc is found and NCCL is installed; -DNTPBENCH_CUDA=OFF skips it.
+# Sets NTPBENCH_HAVE_CUDA (a CMake variable, for tests/) and the compile definition of the same
+# name on ntp_backend (so on every room above it): make_backend("cuda", ...) then dispatches to
+# make_cuda_backend().
 option(NTPBENCH_CUDA "Build the CUDA backend where nvcc exists" ON)
-set(NTPBENCH_HAVE_CUDA OFF)
 
-if(NTPBENCH_CUDA AND TARGET ntp_engine)
+if(NTPBENCH_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
   if(NOT CMAKE_CUDA_COMPILER)
@@ -39,12 +39,12 @@ if(NTPBENCH_CUDA AND TARGET ntp_engine)
 
       file(GLOB KERNEL_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cuda/*.cu
            ${CMAKE_SOURCE_DIR}/kernels/cuda/detail/*.cu)
-      add_library(ntp_kernels_cuda STATIC ${KERNEL_CUDA_SOURCES} ${CMAKE_SOURCE_DIR}/src/backend_cuda.cu)
+      add_library(ntp_kernels_cuda STATIC ${KERNEL_CUDA_SOURCES} ${CMAKE_SOURCE_DIR}/src/backend/backend_cuda.cu)
       # C++17 for the .cu sources: nvcc 13 takes C++20, but CMake 3.25 does not know nvcc 13's
       # C++20 flag; the engine headers the .cu files include (backend.hpp) are C++17-clean.
       set_target_properties(ntp_kernels_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                             CUDA_EXTENSIONS OFF CUDA_RUNTIME_LIBRARY Shared POSITION_INDEPENDENT_CODE ON)
-      target_include_directories(ntp_kernels_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/src)
+      target_include_directories(ntp_kernels_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/src/backend)
       # The directory's add_compile_options (-Wall -Wextra) are host-compiler flags: nvcc takes
       # them through -Xcompiler, so keep them for the C++ source only and pass them on for .cu.
       get_target_property(_ntp_opts ntp_kernels_cuda COMPILE_OPTIONS)
@@ -58,16 +58,17 @@ if(NTPBENCH_CUDA AND TARGET ntp_engine)
       target_compile_options(ntp_kernels_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
       target_link_libraries(ntp_kernels_cuda PUBLIC CUDA::cudart CUDA::cublas)
 
-      # NCCL communication builds on the engine's MPI comm (make_mpi_comm in src/comm_mpi.cpp), so
-      # it is a library of its own, linked by the engine only. Inside ntp_kernels_cuda, the linker
+      # NCCL communication builds on the MPI comm (make_mpi_comm in src/comm/comm_mpi.cpp), so it
+      # is a library of its own, linked by the program's main only. Inside ntp_kernels_cuda, the linker
       # could pull it into test_cuda (kernels without the engine) for an inline std::string member
       # it happens to define, and then fail on make_mpi_comm.
-      add_library(ntp_comm_nccl STATIC ${CMAKE_SOURCE_DIR}/src/comm_nccl.cpp)
-      target_include_directories(ntp_comm_nccl PUBLIC ${CMAKE_SOURCE_DIR}/src)
-      target_link_libraries(ntp_comm_nccl PUBLIC CUDA::cudart NCCL::nccl MPI::MPI_CXX)
+      add_library(ntp_comm_nccl STATIC ${CMAKE_SOURCE_DIR}/src/comm/comm_nccl.cpp)
+      target_link_libraries(ntp_comm_nccl PUBLIC ntp_comm CUDA::cudart NCCL::nccl)
 
-      target_link_libraries(ntp_engine PUBLIC ntp_kernels_cuda ntp_comm_nccl)
-      target_compile_definitions(ntp_engine PUBLIC NTPBENCH_HAVE_CUDA)
+      target_link_libraries(ntp_backend PUBLIC ntp_kernels_cuda)
+      target_compile_definitions(ntp_backend PUBLIC NTPBENCH_HAVE_CUDA)
+      target_link_libraries(ntp_engine INTERFACE ntp_comm_nccl)
+      target_link_libraries(ntpbench PRIVATE ntp_comm_nccl)
       set(NTPBENCH_HAVE_CUDA ON)
       message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures "
                      "${CMAKE_CUDA_ARCHITECTURES}, NCCL ${NCCL_LIBRARY})")

@@ -2,7 +2,6 @@
 // Everything a run is configured by, parsed from the command line (and --config TOML) and
 // recorded as JSON in the results file so a run can be replayed.
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,14 +44,6 @@ struct Options {
   std::string precision = "fp32";  // fp32 or bf16 GEMMs (bf16: cuda only; see src/backend.hpp)
   bool allow_gpu_sharing = false;  // cuda: let several ranks share one GPU
 };
-
-// Parses argv. Returns the options, or an exit code when the program should stop (after --help:
-// 0; on an error: 2, with the message already printed on rank 0).
-struct ParseResult {
-  std::optional<Options> options;
-  int exit_code = 0;
-};
-ParseResult parse_options(int argc, char** argv, bool print);
 
 nlohmann::json to_json(const Options& o);
 Options options_from_json(const nlohmann::json& j);

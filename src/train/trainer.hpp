@@ -116,9 +116,4 @@ class Trainer {
   std::vector<int> tokens_, targets_;
 };
 
-// Sets BLAS and OpenMP threads for this rank (0 = cores on the node / ranks on the node). Returns the count.
-int configure_threads(int requested);
-// Single-rank sgemm rate (GFLOP/s) measured now, for MFU when no peak is given.
-double measure_sgemm_gflops();
-
 }  // namespace ntp

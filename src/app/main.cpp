@@ -9,7 +9,7 @@
 #ifdef NTPBENCH_HAVE_CUDA
 #include "comm_nccl.hpp"
 #endif
-#include "options.hpp"
+#include "cli.hpp"
 #include "run.hpp"
 
 namespace {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "h5.hpp"
+#include "machine.hpp"
 #include "param_compare.hpp"
 #include "recorder.hpp"
 #include "run.hpp"

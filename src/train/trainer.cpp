@@ -1,7 +1,5 @@
 #include "trainer.hpp"
 
-#include <omp.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +8,6 @@
 #include <stdexcept>
 #include <thread>
 
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include "comm_staged.hpp"
@@ -408,37 +405,6 @@ void Trainer::load_checkpoint(const std::string& path, bool weights_only) {
   }
   initial_cursor_ = cursor_;
   initial_steps_ = steps_;
-}
-
-int configure_threads(int requested) {
-  int n = requested;
-  if (n <= 0) {
-    auto node = node_comm();
-    cpu_set_t set;
-    const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                      : int(std::thread::hardware_concurrency());
-    const int cores = std::max(1u, std::thread::hardware_concurrency());
-    n = std::max(1, std::min(allowed, cores / node->size()));
-  }
-  openblas_set_num_threads(n);
-  omp_set_num_threads(n);
-  return n;
-}
-
-double measure_sgemm_gflops() {
-  // Large enough to reach the BLAS's steady rate (a small GEMM underestimates it, and MFU then
-  // reads above 100%).
-  const int n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
-                n);
-    best = std::max(best, 2.0 * n * n * n / since(t0) / 1e9);
-  }
-  return best;
 }
 
 }  // namespace ntp

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "machine.hpp"
 #include "recorder.hpp"
 #include "run.hpp"
 #include "schedule.hpp"

@@ -1,0 +1,179 @@
+#include "cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace ntp {
+
+namespace {
+
+// Flags that do not map one-to-one onto an Options field: the preset and its overrides, resolved
+// into a ModelConfig after parsing.
+struct ModelFlags {
+  std::string preset = "small";
+  std::optional<int> layers, heads, hidden, seq, vocab, context;
+  std::string lr_schedule = "constant";
+};
+
+void add_model_flags(CLI::App& app, ModelFlags& m, Options& o) {
+  app.add_option("--preset", m.preset, "Model size: tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
+      ->check(CLI::IsMember(preset_names()));
+  app.add_option("--layers", m.layers, "Override the number of transformer layers")->check(CLI::PositiveNumber);
+  app.add_option("--heads", m.heads, "Override the number of attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", m.hidden, "Override the hidden size d (a multiple of --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--seq", m.seq, "Training sequence length T (default: the preset's context)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--context", m.context, "Rows of the position table (default: the preset's; grown to --seq)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--vocab", m.vocab, "Override the vocabulary size V")->check(CLI::Range(2, 1 << 24));
+  app.add_option("--tp", o.tp, "Tensor-parallel degree; ranks must be a multiple, DP = ranks / TP")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--micro-batch", o.micro_batch, "Sequences per replica per step (B)")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "Training steps to run")->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "Seed for weights and synthetic data");
+  app.add_option("--data", o.data, "'synthetic' (seeded Markov chain) or a file read as bytes (needs V >= 256)");
+}
+
+void add_optimizer_flags(CLI::App& app, ModelFlags& m, Options& o) {
+  app.add_option("--lr", o.opt.lr, "AdamW peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--beta1", o.opt.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--beta2", o.opt.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--eps", o.opt.eps, "AdamW epsilon")->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", o.opt.weight_decay, "Decoupled weight decay on 2-D tensors")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.opt.clip, "Clip gradients to this global norm (0: no clipping)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", o.opt.warmup, "Linear learning-rate warmup steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-schedule", m.lr_schedule, "constant, or cosine decay to --min-lr-ratio x lr by the last step")
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--min-lr-ratio", o.opt.min_lr_ratio, "Final lr as a fraction of --lr under cosine decay")
+      ->check(CLI::Range(0.0, 1.0));
+}
+
+// Where results and checkpoints go, where a run starts from, and what it prints.
+void add_output_flags(CLI::App& app, Options& o) {
+  app.add_option("--out", o.out, "Results file (HDF5); default results/ntpbench-<date>-<time>.h5");
+  app.add_flag("--overwrite", o.overwrite, "Replace an existing --out file instead of refusing");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "Write a checkpoint every K steps (0: only the final one)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "Where checkpoints go (default: <out without .h5>.ckpt/)");
+  app.add_flag("!--no-final-checkpoint", o.final_checkpoint,
+               "Do not write the end-of-run checkpoint (--replay needs it)");
+  app.add_option("--init-from", o.init_from,
+                 "Start from a checkpoint: weights, and AdamW state, step and data cursor when present")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--init-weights-only", o.init_weights_only, "With --init-from: load the weights only");
+  app.add_option("--replay", o.replay,
+                 "Re-run RUN.h5's recorded steps on one rank and compare with its final checkpoint")
+      ->check(CLI::ExistingFile);
+  app.add_option("--replay-tol", o.replay_tol, "Largest relative parameter difference --replay accepts")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--quiet", o.quiet, "Print only the summary, not a line per step");
+  app.add_flag("--check", o.check, "Validate the configuration and the schedule against the job's ranks, then exit");
+}
+
+void add_failure_and_timing_flags(CLI::App& app, Options& o) {
+  app.add_option("--schedule", o.schedule, "Failure schedule (YAML: events to kill/revive ranks, and/or a random generator)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--policy", o.policy,
+                 "Recovery policy: dp-drop (a damaged replica stops), ntp (it runs at reduced TP with a smaller "
+                 "batch), ntp-pw (reduced TP, full batch, boosted ranks), restart (all roll back to the last "
+                 "checkpoint)")
+      ->check(CLI::IsMember({"dp-drop", "ntp", "ntp-pw", "restart"}));
+  app.add_option("--timing", o.timing,
+                 "wall: real time; paced: each rank emulates a device of --device-gflops and links of --tp-gbps/"
+                 "--dp-gbps (for more ranks than cores)")
+      ->check(CLI::IsMember({"wall", "paced"}));
+  app.add_option("--device-gflops", o.pacing.device_gflops, "Paced: compute rate of one emulated device, GFLOP/s")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tp-gbps", o.pacing.tp_gbps, "Paced: bandwidth of a link inside a replica, GB/s")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dp-gbps", o.pacing.dp_gbps, "Paced: bandwidth of a link between replicas, GB/s")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--link-latency-us", o.pacing.latency_us, "Paced: latency of one message, microseconds")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--boost", o.pacing.boost,
+                 "ntp-pw: speed-up of a damaged replica's ranks (power boost), at most 1.3 (the paper's TDP headroom)")
+      ->check(CLI::Range(1.0, 1.3));
+}
+
+// Where the arithmetic runs: threads, backend, precision, and the peak MFU is measured against.
+void add_hardware_flags(CLI::App& app, Options& o) {
+  app.add_option("--threads", o.threads, "BLAS/OpenMP threads per rank (0: cores per node / ranks per node)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--peak-gflops", o.peak_gflops, "Peak GFLOP/s of one rank for MFU (0: measure sgemm at start)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--backend", o.backend, "Where kernels run: cpu (OpenBLAS + OpenMP) or cuda (cuBLAS, one GPU per rank)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--precision", o.precision,
+                 "GEMM arithmetic: fp32, or bf16 (needs --backend cuda): every matmul and attention product runs on "
+                 "bf16 copies of its operands with fp32 accumulation and output; weights (the fp32 master copy), "
+                 "gradients, AdamW and all other kernels stay fp32")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_flag("--allow-gpu-sharing", o.allow_gpu_sharing,
+               "With --backend cuda: allow more ranks than GPUs on a node (ranks then share GPUs)");
+}
+
+// After parsing: the model from the preset and its overrides, and the checks that span flags.
+// Throws CLI::ValidationError naming the flag.
+void resolve(const ModelFlags& m, Options& o) {
+  o.preset = m.preset;
+  o.model = preset(m.preset);
+  if (m.layers) o.model.layers = *m.layers;
+  if (m.heads) o.model.heads = *m.heads;
+  if (m.hidden) o.model.hidden = *m.hidden;
+  if (m.vocab) o.model.vocab = *m.vocab;
+  if (m.context) o.model.context = *m.context;
+  o.seq = m.seq ? *m.seq : o.model.context;
+  if (o.seq > o.model.context) {
+    if (m.context)
+      throw CLI::ValidationError("--seq", "--seq " + std::to_string(o.seq) + " exceeds --context " +
+                                              std::to_string(*m.context));
+    o.model.context = o.seq;
+  }
+  if (o.model.hidden % o.model.heads != 0)
+    throw CLI::ValidationError("--hidden", "hidden size " + std::to_string(o.model.hidden) +
+                                               " is not a multiple of the head count " +
+                                               std::to_string(o.model.heads));
+  if (o.tp > o.model.heads)
+    throw CLI::ValidationError("--tp", "TP degree " + std::to_string(o.tp) + " exceeds the head count " +
+                                           std::to_string(o.model.heads));
+  o.opt.cosine = m.lr_schedule == "cosine";
+  if (o.init_weights_only && o.init_from.empty()) throw CLI::ValidationError("--init-weights-only", "needs --init-from");
+  if (o.precision != "fp32" && o.backend != "cuda")
+    throw CLI::ValidationError("--precision", "--precision " + o.precision + " needs --backend cuda; --backend " +
+                                                  o.backend + " computes in fp32 only");
+  o.opt.total_steps = o.steps;
+  o.pacing.enabled = o.timing == "paced";
+}
+
+}  // namespace
+
+ParseResult parse_options(int argc, char** argv, bool print) {
+  CLI::App app{
+      "ntpbench: a real GPT-2 training step (forward, backward, AdamW) under tensor x data parallelism on MPI "
+      "ranks.\nLaunch with mpirun/srun; DP = ranks / --tp. Results go to an HDF5 file (see results/README.md)."};
+  app.option_defaults()->always_capture_default();
+  Options o;
+  ModelFlags m;
+  add_model_flags(app, m, o);
+  add_optimizer_flags(app, m, o);
+  add_output_flags(app, o);
+  add_hardware_flags(app, o);
+  add_failure_and_timing_flags(app, o);
+  app.set_config("--config", "", "Read any of these flags from a TOML file (CLI11 syntax: name = value)");
+  app.allow_config_extras(false);  // a misspelt key in a config file is an error, not a silent default
+  try {
+    app.parse(argc, argv);
+    resolve(m, o);
+  } catch (const CLI::CallForHelp& e) {
+    if (print) app.exit(e);
+    return {std::nullopt, 0};
+  } catch (const CLI::ParseError& e) {
+    if (print) app.exit(e);
+    return {std::nullopt, 2};
+  }
+  return {o, 0};
+}
+
+}  // namespace ntp
