@@ -120,7 +120,7 @@ class CpuBackend final : public Backend {
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 #ifdef NTPBENCH_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision);  // src/backend_cuda.cu
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision);  // src/backend/backend_cuda.cu
 #endif
 
 Precision parse_precision(const std::string& name) {

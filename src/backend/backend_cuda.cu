@@ -6,7 +6,7 @@
 // Device: node-local rank r takes GPU r. With fewer GPUs than ranks on the node, start-up fails
 // unless NTPBENCH_ALLOW_GPU_SHARING=1 (the --allow-gpu-sharing flag), when rank r takes GPU
 // r % count. NCCL refuses two ranks on one GPU, so ranks that share a GPU must communicate
-// through MPI with host staging (see src/comm_nccl.hpp).
+// through MPI with host staging (see src/comm/comm_nccl.hpp).
 //
 // TF32: off (cuBLAS's default math), so results compare with the CPU path to fp32 tolerance.
 // NTPBENCH_TF32=1 lets cuBLAS use TF32 tensor cores for the fp32 GEMMs (faster, ~1e-3 relative).

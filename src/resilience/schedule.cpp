@@ -67,6 +67,92 @@ Schedule Schedule::load(const std::string& path, int world_size, int steps) {
   return parse(ss.str(), path, world_size, steps);
 }
 
+namespace {
+
+// One kill or revive of one rank, as written in the file.
+struct RawEvent {
+  int step;
+  bool kill;
+  int rank;
+  YAML::Node node;
+};
+
+// The 'events' list, checked entry by entry (keys, step range, rank range).
+std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_size, int steps) {
+  std::vector<RawEvent> raw;
+  if (!ev.IsSequence()) c.fail(ev, "'events' must be a list of {step: N, kill: [...]} / {step: N, revive: [...]}");
+  for (const auto& e : ev) {
+    if (!e.IsMap()) c.fail(e, "each event is a mapping like {step: 10, kill: [3]}");
+    c.only_keys(e, {"step", "kill", "revive"}, "an event");
+    if (!e["step"]) c.fail(e, "event without 'step'");
+    const long long step = c.integer(e["step"], "step");
+    if (step < 1 || step > steps) c.fail(e["step"], fmt::format("step {} is outside the run (steps 1..{})", step, steps));
+    if (!e["kill"] && !e["revive"]) c.fail(e, "event has neither 'kill' nor 'revive'");
+    for (const char* kind : {"kill", "revive"}) {
+      const auto list = e[kind];
+      if (!list) continue;
+      if (!list.IsSequence()) c.fail(list, fmt::format("'{}' must be a list of ranks, e.g. [3]", kind));
+      for (const auto& r : list) {
+        const long long rank = c.integer(r, "rank");
+        if (rank < 0 || rank >= world_size)
+          c.fail(r, fmt::format("rank {} does not exist (this job has ranks 0..{})", rank, world_size - 1));
+        raw.push_back({int(step), std::string(kind) == "kill", int(rank), r});
+      }
+    }
+  }
+  return raw;
+}
+
+// Replays the explicit events in step order, refusing impossible ones (a kill of a dead rank, a
+// revive of a live one, two events for one rank at one step), into `events`.
+void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::map<int, StepEvents>& events) {
+  std::stable_sort(raw.begin(), raw.end(), [](const RawEvent& a, const RawEvent& b) { return a.step < b.step; });
+  std::vector<bool> alive(world_size, true);
+  for (std::size_t i = 0; i < raw.size();) {
+    const int step = raw[i].step;
+    std::set<int> touched;
+    for (; i < raw.size() && raw[i].step == step; ++i) {
+      const auto& r = raw[i];
+      if (!touched.insert(r.rank).second) c.fail(r.node, fmt::format("rank {} has two events at step {}", r.rank, step));
+      if (r.kill && !alive[r.rank]) c.fail(r.node, fmt::format("step {}: kill of rank {}, which is already dead", step, r.rank));
+      if (!r.kill && alive[r.rank]) c.fail(r.node, fmt::format("step {}: revive of rank {}, which is alive", step, r.rank));
+      alive[r.rank] = !r.kill;
+      auto& se = events[step];
+      (r.kill ? se.kill : se.revive).push_back(r.rank);
+    }
+  }
+}
+
+// The 'random' generator: each rank without explicit events, while alive, fails at each step with
+// probability 1/mtbf (exponential inter-arrival in steps) and comes back repair_steps later.
+void add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int>& explicit_ranks, int world_size,
+                         int steps, std::map<int, StepEvents>& events) {
+  if (!rnd.IsMap()) c.fail(rnd, "'random' must be a mapping {mtbf_steps: ..., repair_steps: ..., seed: ...}");
+  c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed"}, "'random'");
+  for (const char* k : {"mtbf_steps", "repair_steps", "seed"})
+    if (!rnd[k]) c.fail(rnd, fmt::format("'random' needs '{}'", k));
+  const double mtbf = c.number(rnd["mtbf_steps"], "mtbf_steps");
+  if (!(mtbf > 0)) c.fail(rnd["mtbf_steps"], "mtbf_steps must be positive");
+  const long long repair = c.integer(rnd["repair_steps"], "repair_steps");
+  if (repair < 1) c.fail(rnd["repair_steps"], "repair_steps must be at least 1");
+  const long long seed = c.integer(rnd["seed"], "seed");
+  if (seed < 0) c.fail(rnd["seed"], "seed must not be negative");
+  std::mt19937_64 rng(static_cast<std::uint64_t>(seed));
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int r = 0; r < world_size; ++r) {
+    if (explicit_ranks.count(r)) continue;
+    for (int step = 1; step <= steps; ++step) {
+      if (u(rng) >= 1.0 / mtbf) continue;
+      events[step].kill.push_back(r);
+      const long long back = step + repair;
+      if (back <= steps) events[int(back)].revive.push_back(r);
+      step = int(back);  // alive again from `back`; the loop's ++ moves past it
+    }
+  }
+}
+
+}  // namespace
+
 Schedule Schedule::parse(const std::string& text, const std::string& name, int world_size, int steps) {
   Ctx c{name};
   YAML::Node root;
@@ -79,85 +165,14 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
   if (root.IsNull()) return s;
   if (!root.IsMap()) c.fail(root, "a schedule is a mapping with 'events' and/or 'random'");
   c.only_keys(root, {"events", "random"}, "the schedule");
-
-  // Explicit events, in file order; several entries may name the same step.
+  // Explicit events first; random failures only touch ranks that have none.
   std::set<int> explicit_ranks;
-  struct Raw {
-    int step;
-    bool kill;
-    int rank;
-    YAML::Node node;
-  };
-  std::vector<Raw> raw;
   if (const auto ev = root["events"]) {
-    if (!ev.IsSequence()) c.fail(ev, "'events' must be a list of {step: N, kill: [...]} / {step: N, revive: [...]}");
-    for (const auto& e : ev) {
-      if (!e.IsMap()) c.fail(e, "each event is a mapping like {step: 10, kill: [3]}");
-      c.only_keys(e, {"step", "kill", "revive"}, "an event");
-      if (!e["step"]) c.fail(e, "event without 'step'");
-      const long long step = c.integer(e["step"], "step");
-      if (step < 1 || step > steps)
-        c.fail(e["step"], fmt::format("step {} is outside the run (steps 1..{})", step, steps));
-      if (!e["kill"] && !e["revive"]) c.fail(e, "event has neither 'kill' nor 'revive'");
-      for (const char* kind : {"kill", "revive"}) {
-        const auto list = e[kind];
-        if (!list) continue;
-        if (!list.IsSequence()) c.fail(list, fmt::format("'{}' must be a list of ranks, e.g. [3]", kind));
-        for (const auto& r : list) {
-          const long long rank = c.integer(r, "rank");
-          if (rank < 0 || rank >= world_size)
-            c.fail(r, fmt::format("rank {} does not exist (this job has ranks 0..{})", rank, world_size - 1));
-          raw.push_back({int(step), std::string(kind) == "kill", int(rank), r});
-          explicit_ranks.insert(int(rank));
-        }
-      }
-    }
+    std::vector<RawEvent> raw = read_events(c, ev, world_size, steps);
+    for (const auto& r : raw) explicit_ranks.insert(r.rank);
+    apply_events(c, std::move(raw), world_size, s.events_);
   }
-  // Replay explicit events in step order (kills before revives within a step is not assumed:
-  // a rank may not be both killed and revived at one step).
-  std::stable_sort(raw.begin(), raw.end(), [](const Raw& a, const Raw& b) { return a.step < b.step; });
-  std::vector<bool> alive(world_size, true);
-  for (std::size_t i = 0; i < raw.size();) {
-    const int step = raw[i].step;
-    std::set<int> touched;
-    for (; i < raw.size() && raw[i].step == step; ++i) {
-      const auto& r = raw[i];
-      if (!touched.insert(r.rank).second)
-        c.fail(r.node, fmt::format("rank {} has two events at step {}", r.rank, step));
-      if (r.kill && !alive[r.rank]) c.fail(r.node, fmt::format("step {}: kill of rank {}, which is already dead", step, r.rank));
-      if (!r.kill && alive[r.rank]) c.fail(r.node, fmt::format("step {}: revive of rank {}, which is alive", step, r.rank));
-      alive[r.rank] = !r.kill;
-      auto& se = s.events_[step];
-      (r.kill ? se.kill : se.revive).push_back(r.rank);
-    }
-  }
-
-  if (const auto rnd = root["random"]) {
-    if (!rnd.IsMap()) c.fail(rnd, "'random' must be a mapping {mtbf_steps: ..., repair_steps: ..., seed: ...}");
-    c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed"}, "'random'");
-    for (const char* k : {"mtbf_steps", "repair_steps", "seed"})
-      if (!rnd[k]) c.fail(rnd, fmt::format("'random' needs '{}'", k));
-    const double mtbf = c.number(rnd["mtbf_steps"], "mtbf_steps");
-    if (!(mtbf > 0)) c.fail(rnd["mtbf_steps"], "mtbf_steps must be positive");
-    const long long repair = c.integer(rnd["repair_steps"], "repair_steps");
-    if (repair < 1) c.fail(rnd["repair_steps"], "repair_steps must be at least 1");
-    const long long seed = c.integer(rnd["seed"], "seed");
-    if (seed < 0) c.fail(rnd["seed"], "seed must not be negative");
-    // Each rank without explicit events: while alive it fails at each step with probability
-    // 1/mtbf (exponential inter-arrival in steps), and comes back repair_steps later.
-    std::mt19937_64 rng(static_cast<std::uint64_t>(seed));
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    for (int r = 0; r < world_size; ++r) {
-      if (explicit_ranks.count(r)) continue;
-      for (int step = 1; step <= steps; ++step) {
-        if (u(rng) >= 1.0 / mtbf) continue;
-        s.events_[step].kill.push_back(r);
-        const long long back = step + repair;
-        if (back <= steps) s.events_[int(back)].revive.push_back(r);
-        step = int(back);  // alive again from `back`; the loop's ++ moves past it
-      }
-    }
-  }
+  if (const auto rnd = root["random"]) add_random_failures(c, rnd, explicit_ranks, world_size, steps, s.events_);
   for (auto& [step, e] : s.events_) {
     std::sort(e.kill.begin(), e.kill.end());
     std::sort(e.revive.begin(), e.revive.end());

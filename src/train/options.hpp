@@ -40,8 +40,8 @@ struct Options {
   std::string timing = "wall";   // wall or paced
   PacingConfig pacing;
   bool check = false;            // validate configuration and schedule, then exit
-  std::string backend = "cpu";   // cpu or cuda (kernels and memory; see src/backend.hpp)
-  std::string precision = "fp32";  // fp32 or bf16 GEMMs (bf16: cuda only; see src/backend.hpp)
+  std::string backend = "cpu";   // cpu or cuda (kernels and memory; see src/backend/backend.hpp)
+  std::string precision = "fp32";  // fp32 or bf16 GEMMs (bf16: cuda only; see src/backend/backend.hpp)
   bool allow_gpu_sharing = false;  // cuda: let several ranks share one GPU
 };
 

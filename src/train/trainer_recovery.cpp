@@ -1,0 +1,293 @@
+// The Trainer's reconfiguration: a new membership, new communicators, and the shards each
+// changed replica needs, healed from live peers with the one reshard primitive, or, when no live
+// replica holds every shard, a restore from the last checkpoint.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <stdexcept>
+
+#include "h5.hpp"
+#include "reshard.hpp"
+#include "trainer.hpp"
+
+namespace ntp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
+
+// What a heal needs to know about the old and the new configuration, seen from this rank.
+struct HealView {
+  const Configuration& old_cfg;
+  const std::vector<char>& old_valid;  // per replica: its old state is current
+  const Configuration& new_cfg;
+  std::vector<int> live_rank;          // world rank -> rank in the live communicator (kNowhere: dead)
+  int me;                              // world rank
+  bool i_hold;                         // this rank holds current state (old layout)
+  int new_q;                           // this rank's replica after (-1: none)
+  std::vector<TensorSpec> specs;
+
+  bool alive(int w) const { return new_cfg.alive[w] != 0; }
+  bool current(int p) const { return old_valid[p] && old_cfg.replicas[p].active(); }
+
+  // The world rank to take unit u of dimension d from, for replica q: the replica's own old owner
+  // if current and alive, else the owner in the first current replica that lives.
+  int source(int q, ShardDim d, int u) const {
+    if (current(q)) {
+      const auto& o = old_cfg.replicas[q];
+      const int w = o.ranks[o.layout.map(d).owner(u)];
+      if (alive(w)) return w;
+    }
+    for (int p = 0; p < static_cast<int>(old_cfg.replicas.size()); ++p) {
+      if (!current(p)) continue;
+      const auto& o = old_cfg.replicas[p];
+      const int w = o.ranks[o.layout.map(d).owner(u)];
+      if (alive(w)) return w;
+    }
+    return kNowhere;
+  }
+
+  // The first live rank of a current replica: the donor of replicated tensors for ranks that hold none.
+  int replicated_donor() const {
+    for (int p = 0; p < static_cast<int>(old_cfg.replicas.size()); ++p)
+      if (current(p))
+        for (int w : old_cfg.replicas[p].ranks)
+          if (alive(w)) return w;
+    return kNowhere;
+  }
+};
+
+// Tensor t's weights and both AdamW moments in a model's arena (all null without a model).
+std::array<float*, 3> state_of(GptModel* model, AdamW* opt, int t) {
+  if (!model) return {nullptr, nullptr, nullptr};
+  const std::size_t off = model->layout().slot(t).offset;
+  return {model->params() + off, opt->m() + off, opt->v() + off};
+}
+
+// The segments of one heal exchange toward replica q, and the tensors that ride in them.
+struct HealExchange {
+  std::vector<ReshardPlan> parts;
+  std::vector<ReshardTensor> tensors;
+};
+
+// One segment per sharded dimension: every unit from its source to the target's owner.
+void add_sharded_parts(const HealView& v, int q, GptModel* held, AdamW* held_opt, GptModel* fresh, AdamW* fresh_opt,
+                       int live_me, int live_size, HealExchange& x) {
+  const auto& target = v.new_cfg.replicas[q];
+  for (int k = 0; k < 3; ++k) {
+    const ShardDim d = kDims[k];
+    const int units = target.layout.map(d).units();
+    std::vector<int> src(units), dst(units);
+    for (int u = 0; u < units; ++u) {
+      src[u] = v.live_rank[v.source(q, d, u)];
+      dst[u] = v.live_rank[target.ranks[target.layout.map(d).owner(u)]];
+    }
+    std::vector<int> rows;
+    if (v.i_hold) {
+      const int my_old_q = v.old_cfg.replica_of(v.me);
+      rows = v.old_cfg.replicas[my_old_q].layout.map(d).local_rows(v.old_cfg.tp_index_of(v.me));
+    }
+    x.parts.emplace_back(src, dst, live_me, live_size, v.i_hold ? &rows : nullptr);
+    for (int t = 0; t < static_cast<int>(v.specs.size()); ++t) {
+      if (v.specs[t].dim != d) continue;
+      const auto s = state_of(v.i_hold ? held : nullptr, held_opt, t);
+      const auto o = state_of(v.new_q == q ? fresh : nullptr, fresh_opt, t);
+      for (int j = 0; j < 3; ++j) x.tensors.push_back({s[j], o[j], v.specs[t].unit_elems, k});
+    }
+  }
+}
+
+// One segment for the replicated tensors: one copy per rank of the target, each from the rank
+// itself when it holds a current copy, else from the donor.
+void add_replicated_part(const HealView& v, int q, GptModel* held, AdamW* held_opt, GptModel* fresh, AdamW* fresh_opt,
+                         int live_me, int live_size, HealExchange& x) {
+  const auto& target = v.new_cfg.replicas[q];
+  const int n = target.degree();
+  const int donor = v.replicated_donor();
+  std::vector<int> src(n), dst(n), rows(n, -1);
+  for (int j = 0; j < n; ++j) {
+    const int w = target.ranks[j];
+    const int oq = v.old_cfg.replica_of(w);
+    const bool own = oq >= 0 && v.old_valid[oq];
+    src[j] = v.live_rank[own ? w : donor];
+    dst[j] = v.live_rank[w];
+    if (src[j] == live_me) rows[j] = 0;  // every copy it serves comes from its one buffer
+  }
+  const int segment = static_cast<int>(x.parts.size());
+  x.parts.emplace_back(src, dst, live_me, live_size, v.i_hold ? &rows : nullptr);
+  for (int t = 0; t < static_cast<int>(v.specs.size()); ++t) {
+    if (v.specs[t].dim != ShardDim::Replicated) continue;
+    const auto s = state_of(v.i_hold ? held : nullptr, held_opt, t);
+    const auto o = state_of(v.new_q == q ? fresh : nullptr, fresh_opt, t);
+    for (int j = 0; j < 3; ++j) x.tensors.push_back({s[j], o[j], v.specs[t].unit_elems, segment});
+  }
+}
+
+// Replicas that must be (re)built: active now, and stale, newly active, with other ranks, or
+// with another layout than before.
+std::vector<char> changed_replicas(const Configuration& old_cfg, const std::vector<char>& old_valid,
+                                   const Configuration& cfg) {
+  std::vector<char> changed(cfg.replicas.size(), 0);
+  for (std::size_t q = 0; q < cfg.replicas.size(); ++q) {
+    const auto& n = cfg.replicas[q];
+    const auto& o = old_cfg.replicas[q];
+    const bool same_layout =
+        n.layout.heads == o.layout.heads && n.layout.mlp == o.layout.mlp && n.layout.vocab == o.layout.vocab;
+    changed[q] = n.active() && (!old_valid[q] || !o.active() || n.ranks != o.ranks || !same_layout);
+  }
+  return changed;
+}
+
+}  // namespace
+
+// Is every unit of every sharded dimension held by a live rank of a replica whose state is
+// current (it trained the last step)? Replicated tensors then survive too.
+bool Trainer::current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
+                                     const std::vector<char>& alive) const {
+  const ModelConfig& m = o_.model;
+  std::vector<char> held[3] = {std::vector<char>(m.heads, 0), std::vector<char>(m.mlp(), 0),
+                               std::vector<char>(m.vocab, 0)};
+  bool any = false;
+  for (int q = 0; q < topo_.replicas; ++q) {
+    const auto& rp = old_cfg.replicas[q];
+    if (!old_valid[q] || !rp.active()) continue;
+    for (int k = 0; k < 3; ++k) {
+      const auto& map = rp.layout.map(kDims[k]);
+      for (int u = 0; u < map.units(); ++u)
+        if (alive[rp.ranks[map.owner(u)]]) held[k][u] = 1, any = true;
+    }
+  }
+  for (const auto& h : held)
+    if (!std::all_of(h.begin(), h.end(), [](char c) { return c != 0; })) return false;
+  return any;
+}
+
+Recovery Trainer::reconfigure(const std::vector<char>& alive) {
+  Recovery rec;
+  const int me = world_.rank();
+  PhaseScope phase(clock_, Phase::Recovery);
+  // Detect: one agreement round in which every rank states whether it is alive (after a barrier,
+  // so that it does not also time the skew left by the previous step).
+  world_.barrier();
+  auto t0 = Clock::now();
+  const std::vector<int> stated = world_.allgather(alive[me] ? 1 : 0);
+  for (int r = 0; r < world_.size(); ++r)
+    if ((stated[r] != 0) != (alive[r] != 0)) throw std::logic_error("ranks disagree about the membership");
+  rec.detect = since(t0);
+
+  t0 = Clock::now();
+  const Configuration old_cfg = cfg_;
+  const std::vector<char> old_valid = valid_;
+  cfg_ = plan_configuration(policy_, topo_, o_.model, o_.micro_batch, o_.pacing.boost, alive);
+  rec.before = old_cfg.degrees();
+  rec.after = cfg_.degrees();
+  rec.changed = true;
+  std::unique_ptr<Comm> old_tp = std::move(tp_);  // kept alive while old models may still reference it
+  build_comms();
+  rec.reconfigure = since(t0);
+
+  t0 = Clock::now();
+  if (cfg_.active_replicas() == 0) {
+    // Nobody trains: every state goes stale and is dropped.
+    sync_.reset(), opt_.reset(), model_.reset();
+    valid_.assign(topo_.replicas, 0);
+  } else {
+    const bool complete = current_state_survives(old_cfg, old_valid, alive);
+    if (complete)
+      heal(old_cfg, old_valid, rec);
+    else
+      restore(rec);
+    valid_.assign(topo_.replicas, 0);
+    for (int q = 0; q < topo_.replicas; ++q) valid_[q] = cfg_.replicas[q].active();
+  }
+  const int q = cfg_.replica_of(me);
+  if (q >= 0)
+    sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *tp_, slot_.get(), model_->layout(), *backend_,
+                                       clock_, pacer_);
+  else
+    sync_.reset();
+  rec.heal = since(t0);
+  old_tp.reset();
+  world_.barrier();  // everyone starts the next step together
+  return rec;
+}
+
+// Moves every shard a changed replica needs from a live, current holder: its own old owner when
+// that rank lives, otherwise the owner in the first current replica. One exchange per changed
+// replica over the live ranks: a segment per sharded dimension and one for the replicated
+// tensors, params and both AdamW moments together.
+void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_valid, Recovery& rec) {
+  const int me = world_.rank();
+  if (!live_) {  // this rank is dead: it frees everything and takes no part
+    sync_.reset(), opt_.reset(), model_.reset();
+    return;
+  }
+  HealView v{old_cfg, old_valid, cfg_, std::vector<int>(world_.size(), kNowhere), me, false, cfg_.replica_of(me),
+             gpt2_tensors(o_.model)};
+  for (int r = 0, k = 0; r < world_.size(); ++r)  // live_ is split ordered by world rank
+    if (cfg_.alive[r]) v.live_rank[r] = k++;
+  const int my_old_q = old_cfg.replica_of(me);
+  v.i_hold = my_old_q >= 0 && old_valid[my_old_q] && cfg_.alive[me] && model_;
+
+  const std::vector<char> changed = changed_replicas(old_cfg, old_valid, cfg_);
+  std::unique_ptr<GptModel> fresh;
+  std::unique_ptr<AdamW> fresh_opt;
+  if (v.new_q >= 0 && changed[v.new_q]) {
+    fresh = make_model(cfg_.replicas[v.new_q], cfg_.tp_index_of(me));
+    fresh_opt = std::make_unique<AdamW>(*backend_, fresh->layout(), o_.opt);
+    fresh_opt->set_steps_taken(steps_);
+  }
+  for (int q = 0; q < topo_.replicas; ++q) {
+    if (!changed[q]) continue;
+    HealExchange x;
+    add_sharded_parts(v, q, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), live_->rank(), live_->size(), x);
+    add_replicated_part(v, q, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), live_->rank(), live_->size(), x);
+    rec.heal_bytes += reshard(*live_, ReshardPlan::combine(x.parts), x.tensors, backend_.get());
+  }
+  if (fresh) {
+    sync_.reset();
+    model_ = std::move(fresh);
+    opt_ = std::move(fresh_opt);
+  } else if (v.new_q >= 0) {
+    model_->set_tp_comm(*tp_);  // unchanged replica: same shards, new communicator
+  } else {
+    sync_.reset(), opt_.reset(), model_.reset();  // dead, or in a replica that stopped
+  }
+}
+
+// No live replica holds every shard: every active replica reloads the last checkpoint (or the
+// initial state) and the steps since are lost.
+void Trainer::restore(Recovery& rec) {
+  const int me = world_.rank();
+  sync_.reset(), opt_.reset(), model_.reset();
+  rec.restored = true;
+  rec.restored_from = restore_path_.empty() ? "initial state" : restore_path_;
+  const int q = cfg_.replica_of(me);
+  long long cursor = initial_cursor_;
+  int steps = initial_steps_;
+  if (!restore_path_.empty()) {
+    // Every rank agrees on the restore point from the file's attributes.
+    h5::File f(restore_path_, h5::Mode::ReadOnly);
+    steps = static_cast<int>(h5::get_attr_int(f.id(), "/", "step"));
+    cursor = h5::get_attr_int(f.id(), "/", "samples_consumed");
+  }
+  if (q >= 0) {
+    model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me));
+    opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o_.opt);
+    if (!restore_path_.empty()) {
+      ntp::load_checkpoint(restore_path_, *model_, opt_.get());
+      rec.heal_bytes = double(model_->param_count()) * 3 * sizeof(float);
+    } else {
+      model_->init_params(o_.seed);
+      if (!o_.init_from.empty()) ntp::load_checkpoint(o_.init_from, *model_, o_.init_weights_only ? nullptr : opt_.get());
+      opt_->set_steps_taken(initial_steps_);
+    }
+  }
+  cursor_ = cursor;
+  steps_ = steps;
+  rec.restored_step = steps;
+}
+
+}  // namespace ntp
