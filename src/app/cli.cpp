@@ -80,6 +80,12 @@ void add_failure_and_timing_flags(CLI::App& app, Options& o) {
                  "batch), ntp-pw (reduced TP, full batch, boosted ranks), restart (all roll back to the last "
                  "checkpoint)")
       ->check(CLI::IsMember({"dp-drop", "ntp", "ntp-pw", "restart"}));
+  app.add_option("--kill-mode", o.kill_mode,
+                 "How a scheduled kill kills: signal (the rank's process dies by SIGKILL, at the event's `at:` phase; "
+                 "the others learn it from MPI and repair with ULFM; needs Open MPI >= 5 and mpirun --with-ft "
+                 "ulfm) or fence (the rank leaves the communicators and idles; any MPI). Default: signal where "
+                 "the job runs with ULFM, else fence")
+      ->check(CLI::IsMember({"signal", "fence"}));
   app.add_option("--timing", o.timing,
                  "wall: real time; paced: each rank emulates a device of --device-gflops and links of --tp-gbps/"
                  "--dp-gbps (for more ranks than cores)")

@@ -32,6 +32,14 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int code = 0;
   try {
+    // A replacement for a dead rank, started by the survivors: it has no command line of its own.
+    if (auto parent = ntp::join_parent()) {
+      code = ntp::run_joined(*parent);
+      parent.reset();
+      ntp::disconnect_spawned();
+      MPI_Finalize();
+      return code;
+    }
     // Every rank parses the same arguments and so reaches the same verdict; rank 0 speaks.
     ntp::ParseResult parsed = ntp::parse_options(argc, argv, rank == 0);
     if (!parsed.options) {
@@ -50,6 +58,7 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  ntp::disconnect_spawned();
   MPI_Finalize();
   return code;
 }

@@ -12,5 +12,8 @@ struct UsageError : std::runtime_error {
 
 int run_training(Options o, Comm& world);
 int run_replay(const Options& o, Comm& world);
+// A process spawned to replace a dead rank (--kill-mode signal): `parent` is the survivors' group
+// with it appended (join_parent()); it learns the run's state from them and trains to the end.
+int run_joined(Comm& parent);
 
 }  // namespace ntp

@@ -3,6 +3,7 @@
 // this interface; MpiComm implements it today, an NCCL implementation can sit beside it later.
 #include <cstddef>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,18 @@ class Comm {
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;
   // Sub-group of this group's ranks that share this rank's node (collective over the group).
   virtual std::unique_ptr<Comm> split_node() = 0;
+
+  // Fault tolerance (fault.hpp; ULFM). A group that has none throws std::logic_error.
+  // revoke: every pending and future call on this group, on every member, fails with PeerFailure
+  // (local, not collective). agree: true when every live member passed ok and no member has died;
+  // uniform (every survivor gets the same answer) and usable on a revoked group. shrink: the live
+  // members, in the same order, as a new group (collective over the survivors).
+  virtual void revoke();
+  virtual bool agree(bool ok);
+  virtual std::unique_ptr<Comm> shrink();
+  // Starts `count` new processes of `command args` and returns this group with them appended
+  // (collective; the new processes join with join_parent()).
+  virtual std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count);
 };
 
 inline std::unique_ptr<CommRequest> Comm::ialltoallv(const float* send, const std::vector<int>& send_counts,
@@ -65,8 +78,21 @@ inline std::unique_ptr<CommRequest> Comm::ialltoallv(const float* send, const st
   return std::make_unique<Finished>();
 }
 
+inline void Comm::revoke() { throw std::logic_error("this communicator has no fault tolerance"); }
+inline bool Comm::agree(bool) { throw std::logic_error("this communicator has no fault tolerance"); }
+inline std::unique_ptr<Comm> Comm::shrink() { throw std::logic_error("this communicator has no fault tolerance"); }
+inline std::unique_ptr<Comm> Comm::spawn(const std::string&, const std::vector<std::string>&, int) {
+  throw std::logic_error("this communicator cannot spawn processes");
+}
+
 // The whole job (MPI_COMM_WORLD). MPI must be initialised.
 std::unique_ptr<Comm> world_comm();
+// In a process started by Comm::spawn: the parents' group with the new processes appended (as
+// the parents' spawn() returns it); nullptr in a process started by the launcher.
+std::unique_ptr<Comm> join_parent();
+// Disconnects from every spawned process (and from the parents); call before MPI_Finalize, once
+// every Comm derived from them is gone.
+void disconnect_spawned();
 // Ranks on this node (MPI_COMM_TYPE_SHARED).
 std::unique_ptr<Comm> node_comm();
 std::string mpi_library_version();

@@ -1,14 +1,19 @@
 // MPI implementation of the communication seam.
 #include <mpi.h>
+#ifdef NTPBENCH_HAVE_ULFM
+#include <mpi-ext.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <climits>
+#include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 #include "comm.hpp"
 #include "comm_mpi.hpp"
+#include "fault.hpp"
 
 namespace ntp {
 
@@ -24,8 +29,33 @@ MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
 template <>
 MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 
+// Error translation: a dead peer or a revoked group is a PeerFailure (the survivors repair and
+// go on); anything else is a plain error.
 void check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI error in ") + what);
+  if (rc == MPI_SUCCESS) return;
+  int cls = rc;
+  MPI_Error_class(rc, &cls);
+#ifdef NTPBENCH_HAVE_ULFM
+  if (cls == MPIX_ERR_PROC_FAILED || cls == MPIX_ERR_REVOKED || cls == MPIX_ERR_PROC_FAILED_PENDING)
+    throw PeerFailure(std::string(what) + (cls == MPIX_ERR_REVOKED ? ": communicator revoked" : ": a peer process died"));
+#endif
+  char msg[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw std::runtime_error(std::string("MPI error in ") + what + ": " + std::string(msg, len));
+}
+
+// Intercommunicators to spawned processes (or, in one, to its parents): they stay connected for
+// the whole run and are disconnected just before MPI_Finalize (disconnect_spawned()).
+std::vector<MPI_Comm>& spawn_links() {
+  static std::vector<MPI_Comm> links;
+  return links;
+}
+
+// Errors come back as codes (check() translates them) instead of aborting the job.
+MPI_Comm returning_errors(MPI_Comm c) {
+  if (c != MPI_COMM_NULL) MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  return c;
 }
 
 // Completes a request, yielding the core between polls (spins briefly first for short waits).
@@ -42,7 +72,12 @@ class MpiRequest final : public CommRequest {
  public:
   explicit MpiRequest(MPI_Request r) : req_(r) {}
   ~MpiRequest() override {
-    if (req_ != MPI_REQUEST_NULL) wait_politely(req_);
+    // Waits for an unfinished operation (its buffers are about to go); on a failed or revoked
+    // group it completes with an error, which is already being handled by whoever unwinds.
+    try {
+      if (req_ != MPI_REQUEST_NULL) wait_politely(req_);
+    } catch (const std::exception&) {
+    }
   }
   bool test() override {
     if (req_ == MPI_REQUEST_NULL) return true;
@@ -60,7 +95,7 @@ class MpiRequest final : public CommRequest {
 
 class MpiComm final : public Comm {
  public:
-  MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  MpiComm(MPI_Comm comm, bool owned) : comm_(returning_errors(comm)), owned_(owned) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -146,6 +181,44 @@ class MpiComm final : public Comm {
     return std::make_unique<MpiComm>(sub, true);
   }
 
+#ifdef NTPBENCH_HAVE_ULFM
+  void revoke() override { MPIX_Comm_revoke(comm_); }
+
+  bool agree(bool ok) override {
+    int flag = ok ? 1 : 0;
+    const int rc = MPIX_Comm_agree(comm_, &flag);
+    if (rc == MPI_SUCCESS) return flag != 0;
+    int cls = rc;
+    MPI_Error_class(rc, &cls);
+    if (cls == MPIX_ERR_PROC_FAILED) {
+      // A member died: acknowledge it, so later agreements on this group can still succeed.
+      MPIX_Comm_failure_ack(comm_);
+      return false;
+    }
+    check(rc, "MPIX_Comm_agree");
+    return false;
+  }
+
+  std::unique_ptr<Comm> shrink() override {
+    MPI_Comm live;
+    check(MPIX_Comm_shrink(comm_, &live), "MPIX_Comm_shrink");
+    return std::make_unique<MpiComm>(live, true);
+  }
+#endif
+
+  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count) override {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
+    std::vector<int> codes(count);
+    check(MPI_Comm_spawn(command.c_str(), argv.data(), count, MPI_INFO_NULL, 0, comm_, &inter, codes.data()),
+          "MPI_Comm_spawn");
+    spawn_links().push_back(returning_errors(inter));
+    check(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge");  // the parents first, in their order
+    return std::make_unique<MpiComm>(merged, true);
+  }
+
  private:
   template <typename T>
   void allreduce(T* buf, std::size_t n, MPI_Op op) {
@@ -166,6 +239,44 @@ class MpiComm final : public Comm {
 std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned) { return std::make_unique<MpiComm>(comm, owned); }
 
 std::unique_ptr<Comm> world_comm() { return std::make_unique<MpiComm>(MPI_COMM_WORLD, false); }
+
+std::unique_ptr<Comm> join_parent() {
+  MPI_Comm parent = MPI_COMM_NULL, merged = MPI_COMM_NULL;
+  MPI_Comm_get_parent(&parent);
+  if (parent == MPI_COMM_NULL) return nullptr;
+  spawn_links().push_back(returning_errors(parent));
+  check(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");  // after the parents
+  return std::make_unique<MpiComm>(merged, true);
+}
+
+void disconnect_spawned() {
+  // Best effort: a link whose far side has died reports an error, which changes nothing here.
+  for (MPI_Comm& c : spawn_links()) MPI_Comm_disconnect(&c);
+  spawn_links().clear();
+}
+
+bool ulfm_compiled() {
+#ifdef NTPBENCH_HAVE_ULFM
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool ulfm_enabled() {
+  // `mpirun --with-ft ulfm` turns this MCA parameter on in every process it starts (spawned ones
+  // included); without it the launcher ends the job when a process dies.
+  const char* ft = std::getenv("OMPI_MCA_mpi_ft_enable");
+  return ulfm_compiled() && ft && (std::string(ft) == "1" || std::string(ft) == "true");
+}
+
+std::string ulfm_unavailable_reason() {
+  if (!ulfm_compiled())
+    return "this build's MPI has no ULFM fault tolerance (" + mpi_library_version().substr(0, 40) +
+           "...; build with Open MPI >= 5: `make`, not `make MPI=system`)";
+  if (!ulfm_enabled()) return "the job was launched without fault tolerance: use `mpirun --with-ft ulfm`";
+  return "";
+}
 
 std::unique_ptr<Comm> node_comm() {
   MPI_Comm node;

@@ -80,6 +80,8 @@ class HostStagedComm final : public Comm {
 
   std::unique_ptr<Comm> split(int color, int key) override { return wrap(inner_->split(color, key)); }
   std::unique_ptr<Comm> split_node() override { return wrap(inner_->split_node()); }
+  void revoke() override { inner_->revoke(); }
+  bool agree(bool ok) override { return inner_->agree(ok); }
 
  private:
   template <typename F>

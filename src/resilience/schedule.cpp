@@ -75,7 +75,20 @@ struct RawEvent {
   bool kill;
   int rank;
   YAML::Node node;
+  KillAt at = KillAt::Start;
 };
+
+constexpr const char* kPhases[] = {"start", "forward", "backward", "sync", "optimizer"};
+
+// An `at:` value: one of kPhases (or, where any_ok, "any": drawn per kill, returned as -1).
+int read_phase(const Ctx& c, const YAML::Node& n, bool any_ok) {
+  const std::string s = n.IsScalar() ? n.Scalar() : "";
+  for (int k = 0; k < 5; ++k)
+    if (s == kPhases[k]) return k;
+  if (any_ok && s == "any") return -1;
+  c.fail(n, fmt::format("'at' must be one of start, forward, backward, sync, optimizer{}, got '{}'",
+                        any_ok ? ", any" : "", s));
+}
 
 // The 'events' list, checked entry by entry (keys, step range, rank range).
 std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_size, int steps) {
@@ -83,11 +96,13 @@ std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_
   if (!ev.IsSequence()) c.fail(ev, "'events' must be a list of {step: N, kill: [...]} / {step: N, revive: [...]}");
   for (const auto& e : ev) {
     if (!e.IsMap()) c.fail(e, "each event is a mapping like {step: 10, kill: [3]}");
-    c.only_keys(e, {"step", "kill", "revive"}, "an event");
+    c.only_keys(e, {"step", "kill", "revive", "at"}, "an event");
     if (!e["step"]) c.fail(e, "event without 'step'");
     const long long step = c.integer(e["step"], "step");
     if (step < 1 || step > steps) c.fail(e["step"], fmt::format("step {} is outside the run (steps 1..{})", step, steps));
     if (!e["kill"] && !e["revive"]) c.fail(e, "event has neither 'kill' nor 'revive'");
+    if (e["at"] && !e["kill"]) c.fail(e["at"], "'at' belongs to a kill");
+    const KillAt at = e["at"] ? KillAt(read_phase(c, e["at"], false)) : KillAt::Start;
     for (const char* kind : {"kill", "revive"}) {
       const auto list = e[kind];
       if (!list) continue;
@@ -96,7 +111,7 @@ std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_
         const long long rank = c.integer(r, "rank");
         if (rank < 0 || rank >= world_size)
           c.fail(r, fmt::format("rank {} does not exist (this job has ranks 0..{})", rank, world_size - 1));
-        raw.push_back({int(step), std::string(kind) == "kill", int(rank), r});
+        raw.push_back({int(step), std::string(kind) == "kill", int(rank), r, at});
       }
     }
   }
@@ -119,6 +134,7 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
       alive[r.rank] = !r.kill;
       auto& se = events[step];
       (r.kill ? se.kill : se.revive).push_back(r.rank);
+      if (r.kill) se.kill_at.push_back(r.at);
     }
   }
 }
@@ -128,7 +144,7 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
 void add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int>& explicit_ranks, int world_size,
                          int steps, std::map<int, StepEvents>& events) {
   if (!rnd.IsMap()) c.fail(rnd, "'random' must be a mapping {mtbf_steps: ..., repair_steps: ..., seed: ...}");
-  c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed"}, "'random'");
+  c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed", "at"}, "'random'");
   for (const char* k : {"mtbf_steps", "repair_steps", "seed"})
     if (!rnd[k]) c.fail(rnd, fmt::format("'random' needs '{}'", k));
   const double mtbf = c.number(rnd["mtbf_steps"], "mtbf_steps");
@@ -137,13 +153,17 @@ void add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int
   if (repair < 1) c.fail(rnd["repair_steps"], "repair_steps must be at least 1");
   const long long seed = c.integer(rnd["seed"], "seed");
   if (seed < 0) c.fail(rnd["seed"], "seed must not be negative");
+  const int phase = rnd["at"] ? read_phase(c, rnd["at"], true) : 0;
   std::mt19937_64 rng(static_cast<std::uint64_t>(seed));
   std::uniform_real_distribution<double> u(0.0, 1.0);
+  // The phases come from a stream of their own, so adding `at` leaves the failure times as they were.
+  std::mt19937_64 phase_rng(static_cast<std::uint64_t>(seed) ^ 0x9e3779b97f4a7c15ULL);
   for (int r = 0; r < world_size; ++r) {
     if (explicit_ranks.count(r)) continue;
     for (int step = 1; step <= steps; ++step) {
       if (u(rng) >= 1.0 / mtbf) continue;
       events[step].kill.push_back(r);
+      events[step].kill_at.push_back(KillAt(phase >= 0 ? phase : int(phase_rng() % 5)));
       const long long back = step + repair;
       if (back <= steps) events[int(back)].revive.push_back(r);
       step = int(back);  // alive again from `back`; the loop's ++ moves past it
@@ -174,11 +194,16 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
   }
   if (const auto rnd = root["random"]) add_random_failures(c, rnd, explicit_ranks, world_size, steps, s.events_);
   for (auto& [step, e] : s.events_) {
-    std::sort(e.kill.begin(), e.kill.end());
+    std::vector<std::pair<int, KillAt>> kills;
+    for (std::size_t i = 0; i < e.kill.size(); ++i) kills.emplace_back(e.kill[i], e.kill_at[i]);
+    std::sort(kills.begin(), kills.end());
+    for (std::size_t i = 0; i < kills.size(); ++i) e.kill[i] = kills[i].first, e.kill_at[i] = kills[i].second;
     std::sort(e.revive.begin(), e.revive.end());
   }
   return s;
 }
+
+const char* kill_at_name(KillAt at) { return kPhases[static_cast<int>(at)]; }
 
 const StepEvents& Schedule::at(int step) const {
   static const StepEvents none;

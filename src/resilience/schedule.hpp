@@ -1,14 +1,19 @@
 #pragma once
 // Failure schedules (YAML):
 //
-//   events:                      # explicit, world ranks, taking effect at the start of the step
-//     - {step: 10, kill: [3]}
+//   events:                      # explicit, logical ranks (numbered as at job start)
+//     - {step: 10, kill: [3]}    # takes effect at the start of the step
+//     - {step: 12, kill: [5], at: backward}   # --kill-mode signal: dies inside the step
 //     - {step: 40, revive: [3]}
 //   random:                      # and/or a seeded generator
 //     mtbf_steps: 200            # mean steps between failures of one rank (exponential)
 //     repair_steps: 20           # a failed rank is revived this many steps later
 //     seed: 7
+//     at: any                    # optional: the phase of its kills (default start; any: drawn)
 //
+// `at` (signal kill mode; fence kills always act at the start): start (before the step's first
+// collective), forward, backward, sync (inside the gradient sync), optimizer (after the sync,
+// before the update).
 // Everything is validated before step 1; an error names the file, the line and the problem.
 // Random failures only touch ranks that have no explicit events.
 #include <map>
@@ -22,8 +27,12 @@ struct ScheduleError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+enum class KillAt { Start, Forward, Backward, Sync, Optimizer };
+const char* kill_at_name(KillAt at);
+
 struct StepEvents {
-  std::vector<int> kill, revive;  // world ranks, ascending
+  std::vector<int> kill, revive;  // logical ranks, ascending
+  std::vector<KillAt> kill_at;    // the phase of each kill, parallel to `kill`
 };
 
 class Schedule {

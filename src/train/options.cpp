@@ -35,6 +35,7 @@ nlohmann::json to_json(const Options& o) {
       {"precision", o.precision},
       {"allow_gpu_sharing", o.allow_gpu_sharing},
       {"policy", o.policy},
+      {"kill_mode", o.kill_mode},
       {"timing", o.timing},
       {"pacing",
        {{"device_gflops", o.pacing.device_gflops}, {"tp_gbps", o.pacing.tp_gbps}, {"dp_gbps", o.pacing.dp_gbps},
@@ -77,6 +78,7 @@ Options options_from_json(const nlohmann::json& j) {
   o.precision = j.value("precision", "fp32");  // files from before --precision: fp32
   o.allow_gpu_sharing = j.value("allow_gpu_sharing", false);
   o.policy = j.value("policy", "ntp");
+  o.kill_mode = j.value("kill_mode", "fence");  // files from before real kills: fence
   o.timing = j.value("timing", "wall");
   if (j.contains("pacing")) {
     const auto& q = j.at("pacing");

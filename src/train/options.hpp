@@ -37,6 +37,9 @@ struct Options {
   bool quiet = false;
   std::string schedule;          // failure schedule (YAML); "" = no failures
   std::string policy = "ntp";    // dp-drop, ntp, ntp-pw, restart
+  // signal: a killed rank's process dies (SIGKILL) and the survivors repair with ULFM; fence: it
+  // leaves the communicators and idles. "" until start-up picks: signal where ULFM is on.
+  std::string kill_mode;
   std::string timing = "wall";   // wall or paced
   PacingConfig pacing;
   bool check = false;            // validate configuration and schedule, then exit

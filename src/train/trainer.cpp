@@ -21,8 +21,8 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 }  // namespace
 
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
-    : o_(o), world_(world), topo_(world.size(), world.rank(), o.tp), policy_(parse_policy(o.policy)),
-      max_batch_(max_batch), pacer_(o.pacing) {
+    : o_(o), group_(&world), me_(world.rank()), n_(world.size()), topo_(n_, me_, o.tp),
+      policy_(parse_policy(o.policy)), max_batch_(max_batch), pacer_(o.pacing) {
   // While a paced rank sleeps (its emulated device computing), the sync's exchanges progress.
   pacer_.set_background([this] {
     if (sync_) sync_->progress();
@@ -32,18 +32,44 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
   backend_ = make_backend(o.backend, o.backend == "cpu" ? 0 : world.split_node()->rank(), parse_precision(o.precision));
   stage_device_buffers_ = o.backend != "cpu" && o.allow_gpu_sharing;
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
-  cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost,
-                            std::vector<char>(world.size(), 1));
+  cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost, std::vector<char>(n_, 1));
   valid_.assign(topo_.replicas, 1);
   build_comms();
-  const int q = cfg_.replica_of(world.rank());
-  model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(world.rank()));
+  const int q = cfg_.replica_of(me_);
+  model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me_));
   model_->init_params(o.seed);
   opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o.opt);
-  sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(world.rank()), *tp_, slot_.get(), model_->layout(),
-                                     *backend_, clock_, pacer_);
+  sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me_), *tp_, slot_.get(), model_->layout(), *backend_,
+                                     clock_, pacer_);
   tokens_.resize(std::size_t(max_batch) * o.seq);
   targets_.resize(tokens_.size());
+}
+
+Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& join)
+    : o_(o), group_(&group), me_(join.logical_rank), n_(static_cast<int>(join.alive.size())),
+      topo_(n_, me_, o.tp), policy_(parse_policy(o.policy)), max_batch_(max_batch), pacer_(o.pacing) {
+  pacer_.set_background([this] {
+    if (sync_) sync_->progress();
+  });
+  // Only the CPU backend joins this way (--kill-mode signal is refused with GPUs).
+  backend_ = make_backend(o.backend, 0, parse_precision(o.precision));
+  data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
+  cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost, join.alive);
+  valid_ = join.valid;
+  cursor_ = join.cursor, steps_ = join.steps;
+  initial_cursor_ = join.initial_cursor, initial_steps_ = join.initial_steps;
+  restore_path_ = join.restore_path;
+  tokens_.resize(std::size_t(max_batch) * o.seq);
+  targets_.resize(tokens_.size());
+}
+
+JoinState Trainer::join_state(int logical_rank) const {
+  return {logical_rank, cfg_.alive, valid_, cursor_, initial_cursor_, steps_, initial_steps_, restore_path_};
+}
+
+void Trainer::revoke_all() {
+  for (Comm* c : {group_, live_.get(), tp_.get(), train_.get(), slot_.get()})
+    if (c) c->revoke();
 }
 
 Trainer::~Trainer() = default;
@@ -57,19 +83,19 @@ std::string Trainer::communication() const {
 }
 
 void Trainer::build_comms() {
-  const int me = world_.rank();
+  const int me = me_;
   const bool alive = cfg_.alive[me] != 0;
-  live_ = world_.split(alive ? 0 : -1, me);
+  live_ = group_->split(alive ? 0 : -1, me);
   const int q = cfg_.replica_of(me), idx = cfg_.tp_index_of(me);
   // The groups that carry device buffers (activations, gradient chunks) are staged through host
   // memory where the world cannot take device pointers (see communication()).
   auto device_capable = [&](std::unique_ptr<Comm> c) {
     return stage_device_buffers_ && c ? make_host_staged_comm(std::move(c), *backend_) : std::move(c);
   };
-  tp_ = device_capable(world_.split(q, idx));
-  train_ = world_.split(q >= 0 ? 0 : -1, me);
+  tp_ = device_capable(group_->split(q, idx));
+  train_ = group_->split(q >= 0 ? 0 : -1, me);
   // Sync slot i: TP index i of every active replica, for i < n2 (the extras sit out).
-  slot_ = device_capable(world_.split(q >= 0 && idx < cfg_.n2 ? idx : -1, q));
+  slot_ = device_capable(group_->split(q >= 0 && idx < cfg_.n2 ? idx : -1, q));
 }
 
 std::unique_ptr<GptModel> Trainer::make_model(const ReplicaPlan& rp, int tp_index) {
@@ -84,50 +110,69 @@ StepResult Trainer::step() { return step(cfg_.batches()); }
 StepResult Trainer::step(const std::vector<int>& batch) {
   if (static_cast<int>(batch.size()) != topo_.replicas) throw std::logic_error("one batch size per replica");
   StepResult r;
-  const int T = o_.seq, me = world_.rank();
   r.sample_begin = cursor_;
   r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);
   r.lr = o_.opt.lr_at(steps_ + 1);
-  if (r.samples == 0) {
-    r.phase_seconds = clock_.take();
-    return r;
-  }
-  const int q = cfg_.replica_of(me);
-  if (q >= 0 && model_) {
+  const int q = cfg_.replica_of(me_);
+  const bool trains = r.samples > 0 && q >= 0 && model_;
+  auto at = [&](StepPoint p) {
+    if (hook_) hook_(p);
+  };
+  if (trains) {
     r.trained = true;
-    const int B = batch[q];
-    if (B > max_batch_) throw std::logic_error("batch exceeds the model's maximum");
-    pacer_.set_speed(cfg_.replicas[q].speed);
-    const long long first = cursor_ + std::accumulate(batch.begin(), batch.begin() + q, 0LL);
-    for (int b = 0; b < B; ++b)
-      data_->sample(first + b, T, &tokens_[std::size_t(b) * T], &targets_[std::size_t(b) * T]);
-    model_->zero_grads();
-    double loss_sum = model_->forward(tokens_.data(), targets_.data(), B);
-    const double global_tokens = double(r.samples) * T;
-    sync_->begin(model_->grads());
-    model_->backward(static_cast<float>(1.0 / global_tokens), sync_.get());  // regroups start here
-    sync_->finish();
-    {
-      // The global loss: each replica's first rank contributes its replica's sum.
-      PhaseScope s(clock_, Phase::DpComm);
-      double contrib = cfg_.tp_index_of(me) == 0 ? loss_sum : 0.0;
-      train_->allreduce_sum(&contrib, 1);
-      r.loss = contrib / global_tokens;
-    }
-    r.grad_norm = sync_->global_norm(model_->grads());
-    {
-      PhaseScope s(clock_, Phase::Optimizer);
-      const auto t0 = Clock::now();
-      opt_->step(model_->params(), model_->grads(), clip_scale(r.grad_norm, o_.opt.clip), float(r.lr));
-      // AdamW: about a dozen FLOPs per parameter.
-      pacer_.pace_compute(since(t0), 12.0 * model_->param_count());
-    }
+    gradients(batch, r, at);
+  } else {
+    for (StepPoint p : {StepPoint::Forward, StepPoint::Backward, StepPoint::Sync, StepPoint::Optimizer}) at(p);
+  }
+  // The commit point: every live rank agrees before any parameter changes, so a step interrupted
+  // by a failure commits everywhere or nowhere (and consumes no samples when it does not).
+  if (agree_commit_) {
+    PhaseScope s(clock_, Phase::DpComm);
+    if (!group_->agree(true)) throw CommitRefused("the step did not commit: a rank failed during it");
+  }
+  if (trains) {
+    PhaseScope s(clock_, Phase::Optimizer);
+    const auto t0 = Clock::now();
+    opt_->step(model_->params(), model_->grads(), clip_scale(r.grad_norm, o_.opt.clip), float(r.lr));
+    // AdamW: about a dozen FLOPs per parameter.
+    pacer_.pace_compute(since(t0), 12.0 * model_->param_count());
     r.overruns = pacer_.take_overruns();
   }
-  cursor_ += r.samples;
-  ++steps_;
+  if (r.samples > 0) {
+    cursor_ += r.samples;
+    ++steps_;
+  }
   r.phase_seconds = clock_.take();
   return r;
+}
+
+// This replica's share of the step up to the update: samples, forward, backward with the
+// gradient sync across replicas, the global loss and gradient norm.
+void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std::function<void(StepPoint)>& at) {
+  const int T = o_.seq, q = cfg_.replica_of(me_);
+  const int B = batch[q];
+  if (B > max_batch_) throw std::logic_error("batch exceeds the model's maximum");
+  pacer_.set_speed(cfg_.replicas[q].speed);
+  const long long first = cursor_ + std::accumulate(batch.begin(), batch.begin() + q, 0LL);
+  for (int b = 0; b < B; ++b) data_->sample(first + b, T, &tokens_[std::size_t(b) * T], &targets_[std::size_t(b) * T]);
+  model_->zero_grads();
+  at(StepPoint::Forward);
+  double loss_sum = model_->forward(tokens_.data(), targets_.data(), B);
+  const double global_tokens = double(r.samples) * T;
+  at(StepPoint::Backward);
+  sync_->begin(model_->grads());
+  model_->backward(static_cast<float>(1.0 / global_tokens), sync_.get());  // regroups start here
+  at(StepPoint::Sync);
+  sync_->finish();
+  {
+    // The global loss: each replica's first rank contributes its replica's sum.
+    PhaseScope s(clock_, Phase::DpComm);
+    double contrib = cfg_.tp_index_of(me_) == 0 ? loss_sum : 0.0;
+    train_->allreduce_sum(&contrib, 1);
+    r.loss = contrib / global_tokens;
+  }
+  r.grad_norm = sync_->global_norm(model_->grads());
+  at(StepPoint::Optimizer);
 }
 
 bool Trainer::save_checkpoint(const std::string& path) {
@@ -137,8 +182,8 @@ bool Trainer::save_checkpoint(const std::string& path) {
     if (cfg_.replicas[q].active()) source = q;
   if (source < 0) return false;
   const auto& rp = cfg_.replicas[source];
-  std::vector<int> live_rank(world_.size(), -1);
-  for (int r = 0, k = 0; r < world_.size(); ++r)
+  std::vector<int> live_rank(n_, -1);
+  for (int r = 0, k = 0; r < n_; ++r)
     if (cfg_.alive[r]) live_rank[r] = k++;
   std::vector<int> ranks;
   for (int w : rp.ranks) ranks.push_back(live_rank[w]);

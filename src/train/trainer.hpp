@@ -6,6 +6,7 @@
 // membership, and shards move with the one reshard primitive from whichever live replica holds
 // them; when a shard is held by no live replica, everyone falls back to the last checkpoint).
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "comm.hpp"
 #include "configuration.hpp"
 #include "data.hpp"
+#include "fault.hpp"
 #include "gpt_model.hpp"
 #include "grad_sync.hpp"
 #include "optimizer.hpp"
@@ -49,14 +51,53 @@ struct Recovery {
   std::vector<int> before, after;  // TP degree per replica
 };
 
+// Points inside a step where a scheduled kill can strike (`at:` in a schedule; `start` is before
+// the step, in the driver).
+enum class StepPoint { Forward, Backward, Sync, Optimizer };
+
+// A step attempt that did not commit: some rank failed (or saw a failure) before the agreement
+// that precedes the optimizer. No parameter changed and no sample was consumed.
+struct CommitRefused : PeerFailure {
+  using PeerFailure::PeerFailure;
+};
+
+// What a process started to replace a dead rank needs to take its place (the survivors' view).
+struct JoinState {
+  int logical_rank = 0;
+  std::vector<char> alive;  // per logical rank, the new process not yet counted
+  std::vector<char> valid;  // per replica
+  long long cursor = 0, initial_cursor = 0;
+  int steps = 0, initial_steps = 0;
+  std::string restore_path;
+};
+
+// Ranks are *logical*: numbered as at job start, whatever process holds them now. The group a
+// Trainer talks over holds the live ones (with --kill-mode fence, every one), in logical order.
 class Trainer {
  public:
   // Every rank of `world` takes part. max_batch: the largest per-replica batch any step uses.
   Trainer(const Options& o, Comm& world, int max_batch);
+  // A process started to replace a dead rank: empty memory, no communicators yet; it takes part
+  // in the survivors' next reconfigure() over `group` (which already includes it), which heals it.
+  Trainer(const Options& o, Comm& group, int max_batch, const JoinState& join);
   ~Trainer();
 
-  // Collective over the world: applies a new membership (live flag per world rank).
+  // Collective over the group: applies a new membership (live flag per logical rank).
   Recovery reconfigure(const std::vector<char>& alive);
+
+  // With real failures (--kill-mode signal): the group is replaced after a shrink or a spawn;
+  // `group` must hold exactly the live ranks, in logical order. Then reconfigure().
+  void set_group(Comm& group) { group_ = &group; }
+  Comm& group() { return *group_; }
+  // Revokes every communicator this rank holds, so that no survivor stays blocked in one.
+  void revoke_all();
+  // Called at each StepPoint of a step on this rank (a scheduled kill strikes there).
+  void set_step_hook(std::function<void(StepPoint)> hook) { hook_ = std::move(hook); }
+  // Every step ends with an agreement over the group before the optimizer (fault.hpp); a step
+  // that does not commit throws CommitRefused. On by default where failures are real.
+  void set_commit_agreement(bool on) { agree_commit_ = on; }
+  JoinState join_state(int logical_rank) const;
+  int logical_rank() const { return me_; }
   // One optimizer step with the configuration's batches (or `batch`, one per replica).
   // Every rank calls it; ranks that do not train only advance their counters.
   StepResult step();
@@ -86,6 +127,7 @@ class Trainer {
 
  private:
   void build_comms();
+  void gradients(const std::vector<int>& batch, StepResult& r, const std::function<void(StepPoint)>& at);
   std::unique_ptr<GptModel> make_model(const ReplicaPlan& rp, int tp_index);
   void restore(Recovery& rec);
   bool current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
@@ -93,7 +135,8 @@ class Trainer {
   void heal(const Configuration& old_cfg, const std::vector<char>& old_valid, Recovery& rec);
 
   Options o_;
-  Comm& world_;
+  Comm* group_;
+  int me_, n_;  // logical rank and job size
   Topology topo_;
   Policy policy_;
   int max_batch_;
@@ -114,6 +157,8 @@ class Trainer {
   int initial_steps_ = 0;
   std::string restore_path_;
   std::vector<int> tokens_, targets_;
+  std::function<void(StepPoint)> hook_;
+  bool agree_commit_ = false;
 };
 
 }  // namespace ntp

@@ -166,15 +166,21 @@ bool Trainer::current_state_survives(const Configuration& old_cfg, const std::ve
 
 Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   Recovery rec;
-  const int me = world_.rank();
+  const int me = me_;
   PhaseScope phase(clock_, Phase::Recovery);
-  // Detect: one agreement round in which every rank states whether it is alive (after a barrier,
-  // so that it does not also time the skew left by the previous step).
-  world_.barrier();
+  // Detect: one agreement round in which every member of the group states its logical rank and
+  // whether it is alive (after a barrier, so that it does not also time the skew left by the
+  // previous step). Logical ranks outside the group (dead processes) must be dead.
+  group_->barrier();
   auto t0 = Clock::now();
-  const std::vector<int> stated = world_.allgather(alive[me] ? 1 : 0);
-  for (int r = 0; r < world_.size(); ++r)
-    if ((stated[r] != 0) != (alive[r] != 0)) throw std::logic_error("ranks disagree about the membership");
+  const std::vector<int> stated = group_->allgather(2 * me + (alive[me] ? 1 : 0));
+  std::vector<char> seen(n_, 0);
+  for (int s : stated) {
+    seen[s / 2] = 1;
+    if ((s % 2 != 0) != (alive[s / 2] != 0)) throw std::logic_error("ranks disagree about the membership");
+  }
+  for (int r = 0; r < n_; ++r)
+    if (!seen[r] && alive[r]) throw std::logic_error("a rank counted alive is not in the group");
   rec.detect = since(t0);
 
   t0 = Clock::now();
@@ -210,7 +216,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
     sync_.reset();
   rec.heal = since(t0);
   old_tp.reset();
-  world_.barrier();  // everyone starts the next step together
+  group_->barrier();  // everyone starts the next step together
   return rec;
 }
 
@@ -219,14 +225,14 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
 // replica over the live ranks: a segment per sharded dimension and one for the replicated
 // tensors, params and both AdamW moments together.
 void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_valid, Recovery& rec) {
-  const int me = world_.rank();
+  const int me = me_;
   if (!live_) {  // this rank is dead: it frees everything and takes no part
     sync_.reset(), opt_.reset(), model_.reset();
     return;
   }
-  HealView v{old_cfg, old_valid, cfg_, std::vector<int>(world_.size(), kNowhere), me, false, cfg_.replica_of(me),
+  HealView v{old_cfg, old_valid, cfg_, std::vector<int>(n_, kNowhere), me, false, cfg_.replica_of(me),
              gpt2_tensors(o_.model)};
-  for (int r = 0, k = 0; r < world_.size(); ++r)  // live_ is split ordered by world rank
+  for (int r = 0, k = 0; r < n_; ++r)  // live_ is split ordered by logical rank
     if (cfg_.alive[r]) v.live_rank[r] = k++;
   const int my_old_q = old_cfg.replica_of(me);
   v.i_hold = my_old_q >= 0 && old_valid[my_old_q] && cfg_.alive[me] && model_;
@@ -260,7 +266,7 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
 // No live replica holds every shard: every active replica reloads the last checkpoint (or the
 // initial state) and the steps since are lost.
 void Trainer::restore(Recovery& rec) {
-  const int me = world_.rank();
+  const int me = me_;
   sync_.reset(), opt_.reset(), model_.reset();
   rec.restored = true;
   rec.restored_from = restore_path_.empty() ? "initial state" : restore_path_;

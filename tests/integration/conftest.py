@@ -8,7 +8,24 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-NTPBENCH = ROOT / "build" / "ntpbench"
+# The build under test (NTPBENCH_BUILD, default build/) and the MPI it was built with: its mpirun,
+# and --with-ft ulfm where that MPI has ULFM (recorded in the CMake cache).
+BUILD = pathlib.Path(os.environ.get("NTPBENCH_BUILD", ROOT / "build"))
+NTPBENCH = BUILD / "ntpbench"
+
+
+def _cache(name, default=""):
+    try:
+        for line in (BUILD / "CMakeCache.txt").read_text().splitlines():
+            if line.startswith(name + ":"):
+                return line.split("=", 1)[1]
+    except OSError:
+        pass
+    return default
+
+
+ULFM = _cache("NTPBENCH_HAVE_ULFM") in ("1", "ON", "TRUE")
+MPIRUN = [_cache("MPIEXEC_EXECUTABLE", "mpirun") or "mpirun", "--oversubscribe", *(["--with-ft", "ulfm"] if ULFM else [])]
 ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
 
 
@@ -20,7 +37,7 @@ def binary():
 
 def ntpbench(ranks, *args, check=True, timeout=300):
     """Runs `mpirun -np ranks ntpbench args...`; returns the CompletedProcess."""
-    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), str(NTPBENCH), *map(str, args)]
+    cmd = [*MPIRUN, "-np", str(ranks), str(NTPBENCH), *map(str, args)]
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")

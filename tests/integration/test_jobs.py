@@ -10,7 +10,7 @@ import tomllib
 import h5py
 import pytest
 
-from conftest import ENV, NTPBENCH, ROOT
+from conftest import ENV, MPIRUN, NTPBENCH, ROOT
 
 
 def text(v):
@@ -48,7 +48,7 @@ def assumptions(path):
 
 
 def check(ranks, *args):
-    cmd = ["mpirun", "--oversubscribe", "-np", ranks, NTPBENCH, *args, "--check"]
+    cmd = [*MPIRUN, "-np", ranks, NTPBENCH, *args, "--check"]
     p = run(cmd, env=ENV, timeout=120)
     assert p.returncode == 0 and "ntpbench --check: OK" in p.stdout, \
         f"{' '.join(map(str, cmd))} exited {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"

@@ -9,7 +9,7 @@ import time
 import h5py
 import numpy as np
 
-from conftest import ENV, NTPBENCH, ntpbench, schedule
+from conftest import ENV, MPIRUN, NTPBENCH, ntpbench, schedule
 
 STEP_FIELDS = {
     "step": "i8", "optimizer_step": "i8", "t_start": "f8", "t_end": "f8", "sample_begin": "i8", "samples": "i8",
@@ -80,7 +80,7 @@ def test_schema(tmp_path):
 
 def test_killed_job_leaves_every_completed_step(tmp_path):
     out = tmp_path / "crash.h5"
-    cmd = ["mpirun", "--oversubscribe", "-np", "4", str(NTPBENCH), "--preset", "tiny", "--tp", "2", "--steps", "200",
+    cmd = [*MPIRUN, "-np", "4", str(NTPBENCH), "--preset", "tiny", "--tp", "2", "--steps", "200",
            "--timing", "paced", "--device-gflops", "0.1", "--out", str(out), "--no-final-checkpoint"]
     p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)

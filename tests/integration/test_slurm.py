@@ -13,7 +13,7 @@ import time
 import h5py
 import pytest
 
-from conftest import ROOT
+from conftest import NTPBENCH, ROOT, ULFM
 
 
 def text(v):
@@ -47,7 +47,7 @@ def slurm(tmp_path_factory):
         unavailable(f"Slurm did not start (tests/slurm/slurm-up.sh exited {p.returncode}):\n{p.stderr[-3000:]}")
     # A clean client environment: none of an enclosing job's SLURM_* variables, our cluster's config.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
-    env.update(SLURM_CONF=str(d / "slurm.conf"), NTPBENCH_RESULTS=str(d / "results"))
+    env.update(SLURM_CONF=str(d / "slurm.conf"), NTPBENCH_RESULTS=str(d / "results"), NTPBENCH=str(NTPBENCH))
     (d / "results").mkdir()
     try:
         yield env
@@ -124,7 +124,11 @@ def test_sbatch_one_run_with_kill_and_revive(slurm, tmp_path):
     states = wait([job], slurm)
     log = (tmp_path / f"ntpb-one-{job}.out").read_text()
     assert states[job] == ("COMPLETED", "0:0"), log
-    assert f"job {job}" in log and "launcher srun" in log, log
+    # A ULFM build runs under its own mpirun with fault tolerance on; others under srun.
+    launcher = "launcher mpirun" if ULFM else "launcher srun"
+    assert f"job {job}" in log and launcher in log, log
+    if ULFM:
+        assert "--with-ft ulfm" in log, log
     assert "--timing paced" in log  # 4 ranks on this node's 2 cores
     rundir = results(slurm, f"ntpb-one-{job}")
     env_txt = (rundir / "env.txt").read_text()
@@ -146,7 +150,7 @@ def test_sbatch_mpirun_fallback(slurm, tmp_path):
     states = wait([job], env)
     log = (tmp_path / f"ntpb-mpirun-{job}.out").read_text()
     assert states[job] == ("COMPLETED", "0:0"), log
-    assert "launcher mpirun" in log and "+ mpirun -np 4" in log, log
+    assert "launcher mpirun" in log and re.search(r"\+ \S*mpirun -np 4", log), log
     validate(results(slurm, f"ntpb-mpirun-{job}") / "run.h5", steps=3)
 
 

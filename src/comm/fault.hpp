@@ -1,0 +1,25 @@
+#pragma once
+// Peer failures as the MPI reports them. With ULFM (Open MPI >= 5, launched with
+// `mpirun --with-ft ulfm`) a call that involves a dead process, or runs on a communicator another
+// rank has revoked, returns an error instead of hanging or aborting the job; the Comm seam turns
+// it into PeerFailure, and the survivors repair with Comm::revoke / agree / shrink.
+#include <stdexcept>
+#include <string>
+
+namespace ntp {
+
+// Thrown by any Comm call that failed because a member process died (MPIX_ERR_PROC_FAILED) or the
+// communicator was revoked (MPIX_ERR_REVOKED).
+struct PeerFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Built against an MPI with ULFM.
+bool ulfm_compiled();
+// ... and this job was launched with fault tolerance on (mpirun --with-ft ulfm), so a dead rank
+// is reported to the survivors rather than ending the job. MPI must be initialised.
+bool ulfm_enabled();
+// Why --kill-mode signal is not available here (empty when it is).
+std::string ulfm_unavailable_reason();
+
+}  // namespace ntp
