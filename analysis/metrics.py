@@ -19,6 +19,9 @@ Definitions (all from /steps, /replicas/state and /events; `wall_seconds` alone 
     failures, revivals         number of `kill` / `revive` events
     recovery_{detect,reconfigure,heal,recompute}_seconds   sum of `duration` of events of that kind
                                (heal: `heal` and `restore` events)
+    recovery_lost_seconds      sum of `lost` durations: real failures (--kill-mode signal), the
+                               interrupted attempt's time until the first survivor noticed
+    recovery_repair_seconds    sum of `repair` durations: revoke + agree + shrink after a real failure
     heal_bytes                 sum of `bytes` of `heal` and `restore` events
     paced_overrun_steps        steps with paced_overrun == 1
     final_loss                 loss of the last row
@@ -78,7 +81,7 @@ def recompute(run: Run) -> dict:
     out["revivals"] = int((kinds == "revive").sum())
     # A restore (reading back a checkpoint) is how a run heals when no peer holds a shard.
     parts = {"detect": ("detect",), "reconfigure": ("reconfigure",), "heal": ("heal", "restore"),
-             "recompute": ("recompute",)}
+             "recompute": ("recompute",), "lost": ("lost",), "repair": ("repair",)}
     for part, names in parts.items():
         mask = np.isin(kinds, names)
         out[f"recovery_{part}_seconds"] = float(ev["duration"].to_numpy(dtype=float)[mask].sum()) if len(ev) else 0.0

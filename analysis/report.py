@@ -27,6 +27,8 @@ COLUMNS = [
     ("goodput_ratio", "good/healthy", "{:.3f}"),
     ("ettr", "ETTR", "{:.3f}"),
     ("mfu", "MFU", "{:.4f}"),
+    ("recovery_lost_seconds", "lost s", "{:.3f}"),
+    ("recovery_repair_seconds", "repair s", "{:.3f}"),
     ("recovery_detect_seconds", "detect s", "{:.3f}"),
     ("recovery_reconfigure_seconds", "reconf s", "{:.3f}"),
     ("recovery_heal_seconds", "heal s", "{:.3f}"),

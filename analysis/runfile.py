@@ -40,7 +40,8 @@ SUMMARY_KEYS = (
     "recovery_seconds", "idle_seconds", "throughput_tokens_per_s", "goodput_tokens_per_s", "ettr",
     "healthy_throughput_tokens_per_s", "goodput_ratio", "mfu", "failures", "revivals",
     "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
-    "recovery_recompute_seconds", "heal_bytes", "paced_overrun_steps", "final_loss",
+    "recovery_recompute_seconds", "recovery_lost_seconds", "recovery_repair_seconds", "heal_bytes",
+    "paced_overrun_steps", "final_loss",
 )
 # Replica states in /replicas/state.
 HEALTHY, DEGRADED, DOWN = 0, 1, 2

@@ -209,6 +209,7 @@ def _summary(st, state, ev, wall, ranks):
         "failures": int((kinds == "kill").sum()), "revivals": int((kinds == "revive").sum()),
         "recovery_detect_seconds": dur("detect"), "recovery_reconfigure_seconds": dur("reconfigure"),
         "recovery_heal_seconds": dur("heal") + dur("restore"), "recovery_recompute_seconds": dur("recompute"),
+        "recovery_lost_seconds": dur("lost"), "recovery_repair_seconds": dur("repair"),
         "heal_bytes": float(ev["bytes"][(kinds == "heal") | (kinds == "restore")].sum()) if len(ev) else 0.0,
         "paced_overrun_steps": int((st["paced_overrun"] == 1).sum()), "final_loss": float(st["loss"][-1]),
     }

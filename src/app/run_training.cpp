@@ -97,6 +97,7 @@ struct JoinMessage {
   std::vector<int> ranks;          // logical ranks taken by the new processes, in spawn order
   JoinState state;                 // logical_rank filled by each joiner
   std::string last_checkpoint;
+  int recorder = 0;                // logical rank holding the results file
 };
 
 nlohmann::json to_json(const JoinMessage& m) {
@@ -106,7 +107,7 @@ nlohmann::json to_json(const JoinMessage& m) {
           {"valid", std::vector<int>(s.valid.begin(), s.valid.end())}, {"cursor", s.cursor},
           {"initial_cursor", s.initial_cursor}, {"steps", s.steps}, {"initial_steps", s.initial_steps},
           {"restore_path", s.restore_path}, {"last_checkpoint", m.last_checkpoint},
-          {"threads", m.options.threads}};
+          {"threads", m.options.threads}, {"recorder", m.recorder}};
 }
 
 JoinMessage join_message_from_json(const nlohmann::json& j) {
@@ -124,6 +125,7 @@ JoinMessage join_message_from_json(const nlohmann::json& j) {
   m.state.initial_steps = j.at("initial_steps");
   m.state.restore_path = j.at("restore_path");
   m.last_checkpoint = j.at("last_checkpoint");
+  m.recorder = j.at("recorder");
   return m;
 }
 
@@ -154,7 +156,7 @@ class TrainingRun {
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
       : o_(m.options), group_(group.get()), owned_group_(std::move(group)), me_(logical_rank),
         schedule_(std::move(schedule)), threads_(configure_threads(o_.threads)), alive_(m.state.alive),
-        phase_rows_(m.state.alive.size()), last_ckpt_(m.last_checkpoint) {
+        phase_rows_(m.state.alive.size()), recorder_(m.recorder), last_ckpt_(m.last_checkpoint) {
     JoinState js = m.state;
     js.logical_rank = me_;
     trainer_ = std::make_unique<Trainer>(o_, *group_, o_.micro_batch, js);
@@ -175,7 +177,12 @@ class TrainingRun {
   double join(int s, const std::vector<int>& ranks);
 
  private:
-  bool root() const { return group_->rank() == 0; }
+  // The rank that holds the results file: logical rank 0 at the start; when it dies, the lowest
+  // live logical rank takes over, and keeps it (a revived rank 0 does not take it back).
+  bool root() const { return me_ == recorder_; }
+  int root_index() const {
+    return static_cast<int>(std::find(members_.begin(), members_.end(), recorder_) - members_.begin());
+  }
   bool signal() const { return o_.kill_mode == "signal"; }
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
   void arm();
@@ -185,6 +192,8 @@ class TrainingRun {
   double revive(int s, const std::vector<int>& ranks);
   double reconfigure(int s, const StepEvents& ev);
   void adopt(std::unique_ptr<Comm> group);
+  void record_processes(const std::vector<int>& only);
+  void take_over_recorder(const std::vector<int>& lost);
   void maybe_checkpoint(int s, bool trained);
   void record_recovery(int s, const StepEvents& ev, const Recovery& rc, double t_event, const double worst[3],
                        double bytes, int steps_before, const std::vector<std::string>* kill_details = nullptr,
@@ -204,7 +213,9 @@ class TrainingRun {
   std::unique_ptr<Recorder> rec_;  // root only
   std::vector<char> alive_;
   std::vector<std::array<double, kPhaseCount>> phase_rows_;
-  std::optional<KillAt> doom_;  // signal mode: this rank's scheduled death in the current step
+  int recorder_ = 0;  // logical rank holding the results file
+  std::optional<KillAt> doom_;
+  StepResult last_;  // this rank's latest step result  // signal mode: this rank's scheduled death in the current step
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::vector<double> healthy_step_seconds_;
   std::string last_ckpt_;
@@ -240,6 +251,21 @@ void TrainingRun::open_results() {
   }
   const auto hosts = group_->gather(host_name(), 0);
   if (root()) rec_->set_attr("hosts", nlohmann::json(hosts).dump());
+  record_processes({});
+}
+
+// /ranks/incarnations: which process holds each logical rank (the group's members not in
+// `only`, unless it is empty, are left as they are). Collective over the group.
+void TrainingRun::record_processes(const std::vector<int>& only) {
+  const auto who =
+      group_->gather(fmt::format("{} {}", static_cast<long long>(getpid()), host_name()), root_index());
+  if (!root()) return;
+  for (std::size_t k = 0; k < who.size(); ++k) {
+    const int r = members_[k];
+    if (!only.empty() && std::find(only.begin(), only.end(), r) == only.end()) continue;
+    const auto space = who[k].find(' ');
+    rec_->incarnation_start(r, std::stoll(who[k].substr(0, space)), who[k].substr(space + 1), only.empty() ? 0.0 : now());
+  }
 }
 
 void TrainingRun::print_banner() const {
@@ -319,8 +345,10 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
   m.ranks = ranks;
   m.state = trainer_->join_state(-1);
   m.last_checkpoint = last_ckpt_;
+  m.recorder = recorder_;
   broadcast_string(*merged, merged->rank() == 0 ? to_json(m).dump() : std::string());
   adopt(merged->split(0, me_));
+  record_processes(ranks);
   const double spawn_seconds = now() - t_event;
   StepEvents ev;
   ev.revive = ranks;
@@ -333,6 +361,7 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
 // A new process's side of revive(): the same adoption and reconfiguration.
 double TrainingRun::join(int s, const std::vector<int>& ranks) {
   members_ = group_->allgather(me_);
+  record_processes(ranks);
   StepEvents ev;
   ev.revive = ranks;
   return reconfigure(s, ev);
@@ -383,14 +412,19 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
     try {
       if (doom_ == KillAt::Start) die();
       const StepResult r = attempt(idle_seconds);
+      last_ = r;
       report(s, r, t_start, recovery_seconds, idle_seconds);
       maybe_checkpoint(s, r.samples > 0);
       return;
     } catch (const PeerFailure& e) {
       if (!signal()) throw;
       recovery_seconds += recover(s, e, t_start);
-      // A step that committed before the failure showed (uniformly: the agreement) is not redone.
-      if (trainer_->steps_taken() != before) return;
+      // A step that committed before the failure showed (uniformly: the agreement) is not redone;
+      // if its row died with the recorder, the new one writes what it knows (its own phases).
+      if (trainer_->steps_taken() != before) {
+        if (root() && static_cast<int>(rec_->rows().size()) < s) record_step(s, last_, t_start, now(), recovery_seconds, 0);
+        return;
+      }
     }
   }
 }
@@ -403,7 +437,7 @@ StepResult TrainingRun::attempt(double& idle_seconds) {
     // in steps), and it counts against goodput.
     PhaseScope idle(trainer_->clock(), Phase::Idle);
     double wait = root() ? (healthy_step_seconds_.empty() ? last_step_seconds_ : median(healthy_step_seconds_)) : 0;
-    group_->broadcast(&wait, sizeof wait, 0);
+    group_->broadcast(&wait, sizeof wait, root_index());
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
     idle_seconds = wait;
   }
@@ -424,7 +458,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   for (int k = 0; k < kPhaseCount; ++k) mine.phases[k] = r.phase_seconds[k] + waited[k];
   mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
   std::vector<double> gathered(root() ? std::size_t(group_->size()) * kReportSize : 0);
-  group_->gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), 0);
+  group_->gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), root_index());
   if (!root()) return;
   std::fill(phase_rows_.begin(), phase_rows_.end(), std::array<double, kPhaseCount>{});
   Report agg;
@@ -438,6 +472,20 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   StepResult row = r;
   row.loss = agg.loss, row.grad_norm = agg.grad_norm, row.overruns = overrun ? 1 : 0;
   record_step(s, row, t_start, now(), recovery_seconds, idle_seconds);
+}
+
+// The recorder moves: the lowest live logical rank (this one, now the group's rank 0) reopens the
+// results file its dead predecessor wrote and appends from there.
+void TrainingRun::take_over_recorder(const std::vector<int>& lost) {
+  rec_ = Recorder::reopen(o_.out, static_cast<int>(alive_.size()), trainer_->topology().replicas);
+  for (const auto& row : rec_->rows())
+    if (row.samples > 0 && row.live_ranks == int(alive_.size()) && row.active_replicas == trainer_->topology().replicas)
+      healthy_step_seconds_.push_back(row.t_end - row.t_start);
+  if (!rec_->rows().empty()) last_step_seconds_ = rec_->rows().back().t_end - rec_->rows().back().t_start;
+  fmt::print("logical rank {} takes over the results file from rank(s) {} ({} rows so far)\n", me_, lost,
+             rec_->rows().size());
+  rec_->event(make_event(now(), static_cast<std::int64_t>(rec_->rows().size()) + 1, "recorder", me_, me_ / o_.tp, 0, 0,
+                         fmt::format("rank {} reopened the file", me_)));
 }
 
 // Signal mode: a peer died (or a survivor revoked the group). Every survivor takes the same path:
@@ -455,6 +503,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       voted = false;
       const std::vector<int> before = members_;
       adopt(group_->shrink());
+      if (!alive_[recorder_]) recorder_ = members_.front();
       double times[3] = {t_notice, -t_notice, now() - t0};  // last notice, first notice, repair
       group_->allreduce_max(times, 3);
       const double first = -times[1];
@@ -471,13 +520,13 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       double bytes = rc.heal_bytes;
       group_->allreduce_sum(&bytes, 1);
       if (root()) {
-        if (!rec_)
-          throw std::runtime_error(fmt::format(
-              "logical rank {} (the recorder) died; the run stops here (the results file holds every step "
-              "recorded so far)",
-              lost.empty() ? 0 : lost.front()));
+        if (!rec_) take_over_recorder(lost);
         const StepEvents& sched = schedule_.at(s);
+        fmt::print("step {:5d}: rank(s) {} died | first survivor noticed {:.2f} ms into the step, the last {:.2f} ms "
+                   "later | revoke + agree + shrink {:.2f} ms\n",
+                   s, lost, (first - t_attempt) * 1e3, (times[0] - first) * 1e3, times[2] * 1e3);
         for (int r : lost) {
+          rec_->incarnation_end(r, first);
           auto it = std::find(sched.kill.begin(), sched.kill.end(), r);
           how.push_back(it == sched.kill.end()
                             ? std::string("unscheduled: the process died")
@@ -610,10 +659,6 @@ Schedule validate_schedule(const Options& o, int world_size) {
   std::vector<char> alive(world_size, 1);
   for (int step = 1; step <= o.steps; ++step) {
     const auto& ev = s.at(step);
-    if (o.kill_mode == "signal" && std::find(ev.kill.begin(), ev.kill.end(), 0) != ev.kill.end())
-      throw UsageError(fmt::format("{}: step {} kills rank 0, which records the results; with --kill-mode signal "
-                                   "the recorder cannot move yet: use --kill-mode fence for this schedule",
-                                   o.schedule, step));
     for (int r : ev.kill) alive[r] = 0;
     for (int r : ev.revive) alive[r] = 1;
     const auto cfg = plan_configuration(policy, topo, o.model, o.micro_batch, o.pacing.boost, alive);

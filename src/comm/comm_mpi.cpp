@@ -250,8 +250,24 @@ std::unique_ptr<Comm> join_parent() {
 }
 
 void disconnect_spawned() {
-  // Best effort: a link whose far side has died reports an error, which changes nothing here.
-  for (MPI_Comm& c : spawn_links()) MPI_Comm_disconnect(&c);
+  for (MPI_Comm& c : spawn_links()) {
+    // Disconnecting waits for the far side, which a dead process never answers: a link with a
+    // failed member is only freed.
+    bool failed = false;
+#ifdef NTPBENCH_HAVE_ULFM
+    MPI_Group dead = MPI_GROUP_NULL;
+    int n = 0;
+    if (MPIX_Comm_get_failed(c, &dead) == MPI_SUCCESS) {
+      MPI_Group_size(dead, &n);
+      MPI_Group_free(&dead);
+    }
+    failed = n > 0;
+#endif
+    if (failed)
+      MPI_Comm_free(&c);
+    else
+      MPI_Comm_disconnect(&c);
+  }
   spawn_links().clear();
 }
 

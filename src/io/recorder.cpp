@@ -1,6 +1,7 @@
 #include "recorder.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -31,15 +32,22 @@ h5::Handle make_extendible(hid_t loc, const std::string& name, hid_t type, std::
                     "create " + name);
 }
 
-// Writes one row at index `row` of an extendible dataset (growing it first).
-void append_row(hid_t ds, hid_t mem_type, std::int64_t row, const std::vector<hsize_t>& row_dims, const void* data) {
-  std::vector<hsize_t> size = {hsize_t(row + 1)}, start = {hsize_t(row)}, count = {1};
-  for (hsize_t d : row_dims) size.push_back(d), start.push_back(0), count.push_back(d);
-  if (H5Dset_extent(ds, size.data()) < 0) throw std::runtime_error("HDF5: cannot extend dataset");
+// Writes one row at index `row` of a dataset (over what is there).
+void write_row(hid_t ds, hid_t mem_type, std::int64_t row, const std::vector<hsize_t>& row_dims, const void* data) {
+  std::vector<hsize_t> start = {hsize_t(row)}, count = {1};
+  for (hsize_t d : row_dims) start.push_back(0), count.push_back(d);
   h5::Handle fspace(H5Dget_space(ds), H5Sclose, "file space");
   H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
   h5::Handle mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose, "mem space");
   if (H5Dwrite(ds, mem_type, mspace, fspace, H5P_DEFAULT, data) < 0) throw std::runtime_error("HDF5: row write");
+}
+
+// Writes one row at index `row` of an extendible dataset, growing it first.
+void append_row(hid_t ds, hid_t mem_type, std::int64_t row, const std::vector<hsize_t>& row_dims, const void* data) {
+  std::vector<hsize_t> size = {hsize_t(row + 1)};
+  for (hsize_t d : row_dims) size.push_back(d);
+  if (H5Dset_extent(ds, size.data()) < 0) throw std::runtime_error("HDF5: cannot extend dataset");
+  write_row(ds, mem_type, row, row_dims, data);
 }
 }  // namespace
 
@@ -52,15 +60,8 @@ EventRow make_event(double time, std::int64_t step, const std::string& kind, int
   return e;
 }
 
-Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int replicas)
-    : path_(path), ranks_(ranks), replicas_(replicas) {
-  namespace fs = std::filesystem;
-  if (fs::exists(path) && !overwrite)
-    throw std::runtime_error("results file '" + path + "' exists; choose another --out or pass --overwrite");
-  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
-  file_ = std::make_unique<h5::File>(path, h5::Mode::Truncate);
-  const hid_t f = file_->id();
-
+// The memory types of the rows (compound types matching the structs in recorder.hpp).
+void Recorder::make_types() {
   row_type_ = h5::Handle(H5Tcreate(H5T_COMPOUND, sizeof(StepRow)), H5Tclose, "compound type");
 #define FIELD(name, type) H5Tinsert(row_type_, #name, HOFFSET(StepRow, name), type)
   FIELD(step, H5T_NATIVE_INT64);
@@ -96,6 +97,25 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int repli
   H5Tinsert(event_type_, "duration", HOFFSET(EventRow, duration), H5T_NATIVE_DOUBLE);
   H5Tinsert(event_type_, "detail", HOFFSET(EventRow, detail), detail_type_);
 
+  host_type_ = h5::Handle(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
+  H5Tset_size(host_type_, sizeof(IncarnationRow::host));
+  incarnation_type_ = h5::Handle(H5Tcreate(H5T_COMPOUND, sizeof(IncarnationRow)), H5Tclose, "compound type");
+  H5Tinsert(incarnation_type_, "rank", HOFFSET(IncarnationRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(incarnation_type_, "pid", HOFFSET(IncarnationRow, pid), H5T_NATIVE_INT64);
+  H5Tinsert(incarnation_type_, "host", HOFFSET(IncarnationRow, host), host_type_);
+  H5Tinsert(incarnation_type_, "t_start", HOFFSET(IncarnationRow, t_start), H5T_NATIVE_DOUBLE);
+  H5Tinsert(incarnation_type_, "t_end", HOFFSET(IncarnationRow, t_end), H5T_NATIVE_DOUBLE);
+}
+
+Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int replicas)
+    : path_(path), ranks_(ranks), replicas_(replicas) {
+  namespace fs = std::filesystem;
+  if (fs::exists(path) && !overwrite)
+    throw std::runtime_error("results file '" + path + "' exists; choose another --out or pass --overwrite");
+  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+  file_ = std::make_unique<h5::File>(path, h5::Mode::Truncate);
+  const hid_t f = file_->id();
+  make_types();
   steps_ = make_extendible(f, "steps", row_type_, {});
   events_ = make_extendible(f, "events", event_type_, {});
   h5::ensure_groups(f, "replicas");
@@ -109,8 +129,61 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int repli
   for (auto n : kPhaseNames) names += (names.empty() ? "" : ",") + std::string(n);
   h5::set_attr(f, "ranks/phase_times", "phases", names);
   h5::set_attr(f, "ranks/phase_times", "units", std::string("seconds"));
+  incarnations_ = make_extendible(f, "ranks/incarnations", incarnation_type_, {});
   h5::set_attr(f, "/", "schema_version", std::string(kSchemaVersion));
   flush();
+}
+
+namespace {
+h5::Handle open_dataset(hid_t f, const std::string& name) {
+  return h5::Handle(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose, "open " + name);
+}
+
+// Every row of a dataset, read with `mem_type` into n * row_elems elements of T.
+template <typename T>
+std::vector<T> read_rows(hid_t ds, hid_t mem_type, std::size_t row_elems) {
+  h5::Handle space(H5Dget_space(ds), H5Sclose, "file space");
+  std::vector<hsize_t> dims(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space)));
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  std::vector<T> out(std::size_t(dims[0]) * row_elems);
+  if (!out.empty() && H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw std::runtime_error("HDF5: cannot read rows back");
+  return out;
+}
+}  // namespace
+
+std::unique_ptr<Recorder> Recorder::reopen(const std::string& path, int ranks, int replicas) {
+  std::unique_ptr<Recorder> r(new Recorder());
+  r->path_ = path, r->ranks_ = ranks, r->replicas_ = replicas;
+  // The previous writer was killed: what it flushed after its last row is on disk, and the
+  // kernel released its lock. Rows are appended after the ones read back here.
+  r->file_ = std::make_unique<h5::File>(path, h5::Mode::ReadWrite);
+  const hid_t f = r->file_->id();
+  r->make_types();
+  r->steps_ = open_dataset(f, "steps");
+  r->events_ = open_dataset(f, "events");
+  r->tp_degrees_ = open_dataset(f, "replicas/tp_degree");
+  r->batches_ = open_dataset(f, "replicas/batch");
+  r->states_ = open_dataset(f, "replicas/state");
+  r->phases_ = open_dataset(f, "ranks/phase_times");
+  r->incarnations_ = open_dataset(f, "ranks/incarnations");
+  r->rows_ = read_rows<StepRow>(r->steps_, r->row_type_, 1);
+  r->event_rows_ = read_rows<EventRow>(r->events_, r->event_type_, 1);
+  r->incarnation_rows_ = read_rows<IncarnationRow>(r->incarnations_, r->incarnation_type_, 1);
+  const auto tp = read_rows<int>(r->tp_degrees_, H5T_NATIVE_INT, replicas);
+  const auto batch = read_rows<int>(r->batches_, H5T_NATIVE_INT, replicas);
+  const auto state = read_rows<signed char>(r->states_, H5T_NATIVE_SCHAR, replicas);
+  // Datasets are extended before their row is written: keep the rows every dataset holds.
+  std::size_t n = std::min({r->rows_.size(), tp.size() / replicas, batch.size() / replicas, state.size() / replicas});
+  r->rows_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    ReplicaRow rr;
+    rr.tp_degree.assign(tp.begin() + i * replicas, tp.begin() + (i + 1) * replicas);
+    rr.batch.assign(batch.begin() + i * replicas, batch.begin() + (i + 1) * replicas);
+    rr.state.assign(state.begin() + i * replicas, state.begin() + (i + 1) * replicas);
+    r->replica_rows_.push_back(rr);
+  }
+  return r;
 }
 
 void Recorder::set_attr(const std::string& name, const std::string& value) { h5::set_attr(file_->id(), "/", name, value); }
@@ -132,6 +205,26 @@ void Recorder::append(const StepRow& row, const ReplicaRow& rep,
   flush();
 }
 
+void Recorder::incarnation_start(int rank, long long pid, const std::string& host, double t) {
+  IncarnationRow row{};
+  row.rank = rank, row.pid = pid, row.t_start = t, row.t_end = std::nan("");
+  host.copy(row.host, sizeof row.host - 1);
+  append_row(incarnations_, incarnation_type_, static_cast<std::int64_t>(incarnation_rows_.size()), {}, &row);
+  incarnation_rows_.push_back(row);
+  flush();
+}
+
+void Recorder::incarnation_end(int rank, double t) {
+  for (std::size_t i = incarnation_rows_.size(); i-- > 0;) {
+    auto& row = incarnation_rows_[i];
+    if (row.rank != rank || !std::isnan(row.t_end)) continue;
+    row.t_end = t;
+    write_row(incarnations_, incarnation_type_, static_cast<std::int64_t>(i), {}, &row);
+    flush();
+    return;
+  }
+}
+
 void Recorder::event(const EventRow& e) {
   append_row(events_, event_type_, static_cast<std::int64_t>(event_rows_.size()), {}, &e);
   event_rows_.push_back(e);
@@ -147,12 +240,7 @@ std::pair<int, double> Recorder::roll_back_after(std::int64_t optimizer_step) {
     r.tokens_committed = 0;
     ++n;
     seconds += r.t_end - r.t_start;
-    // Rewrite the row in place: the file keeps one row per executed step.
-    std::vector<hsize_t> start = {i}, count = {1};
-    h5::Handle fspace(H5Dget_space(steps_), H5Sclose, "file space");
-    H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-    h5::Handle mspace(H5Screate_simple(1, count.data(), nullptr), H5Sclose, "mem space");
-    if (H5Dwrite(steps_, row_type_, mspace, fspace, H5P_DEFAULT, &r) < 0) throw std::runtime_error("HDF5: row rewrite");
+    write_row(steps_, row_type_, static_cast<std::int64_t>(i), {}, &r);  // the file keeps one row per executed step
   }
   flush();
   return {n, seconds};
@@ -172,7 +260,7 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops)
     if (r.samples > 0 && dt > 0 && std::all_of(st.begin(), st.end(), [](signed char s) { return s == 0; }))
       healthy.push_back(r.tokens / dt);
   }
-  double detect = 0, reconf = 0, heal = 0, recompute = 0, heal_bytes = 0;
+  double detect = 0, reconf = 0, heal = 0, recompute = 0, heal_bytes = 0, lost = 0, repair = 0;
   int failures = 0, revivals = 0;
   for (const auto& e : event_rows_) {
     const std::string k = e.kind;
@@ -182,6 +270,8 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops)
     if (k == "reconfigure") reconf += e.duration;
     if (k == "heal" || k == "restore") heal += e.duration, heal_bytes += e.bytes;
     if (k == "recompute") recompute += e.duration;
+    if (k == "lost") lost += e.duration;
+    if (k == "repair") repair += e.duration;
   }
   double median = 0;
   if (!healthy.empty()) {
@@ -212,6 +302,8 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops)
   put("recovery_reconfigure_seconds", reconf);
   put("recovery_heal_seconds", heal);
   put("recovery_recompute_seconds", recompute);
+  put("recovery_lost_seconds", lost);
+  put("recovery_repair_seconds", repair);
   put("heal_bytes", heal_bytes);
   put("paced_overrun_steps", double(overruns));
   put("final_loss", rows_.empty() ? 0.0 : rows_.back().loss);

@@ -49,6 +49,15 @@ struct EventRow {
 EventRow make_event(double time, std::int64_t step, const std::string& kind, int rank, int replica, double bytes,
                     double duration, const std::string& detail);
 
+// One process that held a logical rank (/ranks/incarnations): a rank killed for real and revived
+// has two, the second a new process.
+struct IncarnationRow {
+  std::int32_t rank;
+  std::int64_t pid;
+  char host[64];
+  double t_start, t_end;  // seconds since the run started; t_end NaN while it lives
+};
+
 struct ReplicaRow {
   std::vector<int> tp_degree, batch;
   std::vector<signed char> state;
@@ -58,6 +67,9 @@ class Recorder {
  public:
   // Refuses to replace an existing file unless overwrite.
   Recorder(const std::string& path, bool overwrite, int ranks, int replicas);
+  // Takes over a file whose writer died (the recorder moves to the next live rank): reads back
+  // the rows, events and incarnations it holds and appends after them.
+  static std::unique_ptr<Recorder> reopen(const std::string& path, int ranks, int replicas);
   const std::string& path() const { return path_; }
 
   void set_attr(const std::string& name, const std::string& value);
@@ -67,6 +79,9 @@ class Recorder {
   void append(const StepRow& row, const ReplicaRow& replicas,
               const std::vector<std::array<double, kPhaseCount>>& phase_seconds);
   void event(const EventRow& e);
+  // A process takes logical rank `rank` at time t; the rank's current process ends at time t.
+  void incarnation_start(int rank, long long pid, const std::string& host, double t);
+  void incarnation_end(int rank, double t);
   // A restore to optimizer step s: committed rows past s lose their commit. Returns the rows and
   // their step time (the work to be recomputed).
   std::pair<int, double> roll_back_after(std::int64_t optimizer_step);
@@ -77,14 +92,17 @@ class Recorder {
   void flush();
 
  private:
+  Recorder() = default;
+  void make_types();
   std::string path_;
   std::unique_ptr<h5::File> file_;
   h5::Handle steps_, tp_degrees_, batches_, states_, phases_, events_, row_type_, event_type_, kind_type_,
-      detail_type_;
-  int ranks_, replicas_;
+      detail_type_, incarnations_, incarnation_type_, host_type_;
+  int ranks_ = 0, replicas_ = 0;
   std::vector<StepRow> rows_;
   std::vector<ReplicaRow> replica_rows_;
   std::vector<EventRow> event_rows_;
+  std::vector<IncarnationRow> incarnation_rows_;
 };
 
 // One integer column of a results file's /steps table (e.g. "samples").

@@ -27,7 +27,7 @@ SUMMARY = ["steps", "tokens", "tokens_committed", "wall_seconds", "step_seconds"
            "recovery_seconds", "idle_seconds", "throughput_tokens_per_s", "goodput_tokens_per_s", "ettr",
            "healthy_throughput_tokens_per_s", "goodput_ratio", "mfu", "failures", "revivals",
            "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
-           "recovery_recompute_seconds", "heal_bytes", "paced_overrun_steps", "final_loss", "recorder_seconds"]
+           "recovery_recompute_seconds", "recovery_lost_seconds", "recovery_repair_seconds", "heal_bytes", "paced_overrun_steps", "final_loss", "recorder_seconds"]
 
 
 def test_schema(tmp_path):

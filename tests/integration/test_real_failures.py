@@ -1,0 +1,152 @@
+"""Real failures (--kill-mode signal, ULFM): a killed rank's process really dies, the survivors
+learn it from MPI and carry on, a revived rank is a new process healed from its peers, and every
+run still computes exactly what one rank computes on the committed steps (--replay AGREES).
+
+4 ranks (TP 2 x DP 2) of `tiny` unless a case needs more. Skipped as a whole where the build's
+MPI has no ULFM (`make MPI=system`): there kills are fenced and test_policies.py covers them.
+"""
+import os
+import subprocess
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ENV, MPIRUN, NTPBENCH, ULFM, events, ntpbench, replay, replicas, schedule, steps
+
+pytestmark = pytest.mark.skipif(not ULFM, reason="this build's MPI has no ULFM (make MPI=system): fence mode only")
+
+TINY = ["--preset", "tiny", "--micro-batch", 4, "--quiet", "--kill-mode", "signal"]
+PHASES = ["start", "forward", "backward", "sync", "optimizer"]
+
+
+def incarnations(path):
+    with h5py.File(path, "r") as f:
+        return f["ranks"]["incarnations"][()]
+
+
+def kill_details(path):
+    with h5py.File(path, "r") as f:
+        e = f["events"][()]
+    return [(int(r["step"]), int(r["rank"]), r["detail"].decode()) for r in e if r["kind"].decode() == "kill"]
+
+
+def check_new_process(path, rank):
+    """The revived rank ran as a second process, and the first one is gone."""
+    inc = incarnations(path)
+    mine = inc[inc["rank"] == rank]
+    assert len(mine) == 2, inc
+    assert mine["pid"][0] != mine["pid"][1]
+    assert np.isfinite(mine["t_end"][0]) and np.isnan(mine["t_end"][1])
+    assert not os.path.exists(f"/proc/{int(mine['pid'][0])}")
+
+
+@pytest.mark.parametrize("at", PHASES)
+def test_kill_at_every_phase_is_survived_and_exact(tmp_path, at):
+    out = tmp_path / f"{at}.h5"
+    text = f"events:\n  - {{step: 3, kill: [3], at: {at}}}\n  - {{step: 6, revive: [3]}}\n"
+    ntpbench(4, *TINY, "--tp", 2, "--steps", 8, "--policy", "ntp", "--schedule", schedule(tmp_path, text), "--out", out)
+    s = steps(out)
+    # Every step slot commits once: the interrupted step 3 is redone at TP [2, 1] with B 2.
+    assert s["samples"].tolist() == [8, 8, 6, 6, 6, 8, 8, 8]
+    assert (s["tokens_committed"] == s["tokens"]).all()
+    assert replicas(out).tolist()[2] == [2, 1]
+    assert kill_details(out) == [(3, 3, f"scheduled: SIGKILL at {at}")]
+    kinds = [k for _, k, _ in events(out)]
+    for k in ("lost", "notice", "repair", "heal", "spawn", "revive"):
+        assert k in kinds, kinds
+    check_new_process(out, 3)
+    replay(out)
+
+
+# Samples per step for a kill of rank 3 at backward in step 3 and its revival at 6, 8 steps.
+EXPECTED = {
+    "dp-drop": [8, 8, 4, 4, 4, 8, 8, 8],
+    "ntp-pw": [8] * 8,
+    "restart": [8, 8, 0, 0, 0, 8, 8, 8],
+}
+
+
+@pytest.mark.parametrize("policy", sorted(EXPECTED))
+def test_every_policy_with_a_real_kill(tmp_path, policy):
+    out = tmp_path / f"{policy}.h5"
+    text = "events:\n  - {step: 3, kill: [3], at: backward}\n  - {step: 6, revive: [3]}\n"
+    ntpbench(4, *TINY, "--tp", 2, "--steps", 8, "--policy", policy, "--schedule", schedule(tmp_path, text),
+             "--out", out)
+    assert steps(out)["samples"].tolist() == EXPECTED[policy]
+    check_new_process(out, 3)
+    replay(out)
+
+
+def test_two_ranks_in_different_replicas_and_a_killed_replacement(tmp_path):
+    # Ranks 1 and 2 (replicas 0 and 1) die in one step; 2 comes back, its replacement dies again
+    # (at forward) and a third process takes rank 2.
+    out = tmp_path / "multi.h5"
+    text = ("events:\n  - {step: 2, kill: [1, 2], at: forward}\n  - {step: 4, revive: [1, 2]}\n"
+            "  - {step: 6, kill: [2], at: sync}\n  - {step: 8, revive: [2]}\n")
+    ntpbench(4, *TINY, "--tp", 2, "--steps", 10, "--policy", "ntp", "--schedule", schedule(tmp_path, text),
+             "--out", out)
+    s = steps(out)
+    assert s["samples"].tolist() == [8, 4, 4, 8, 8, 6, 6, 8, 8, 8]
+    inc = incarnations(out)
+    assert len(inc[inc["rank"] == 2]) == 3 and len(set(inc[inc["rank"] == 2]["pid"])) == 3
+    replay(out)
+
+
+def test_a_whole_replica_killed(tmp_path):
+    out = tmp_path / "replica.h5"
+    text = "events:\n  - {step: 2, kill: [2, 3], at: backward}\n  - {step: 5, revive: [2, 3]}\n"
+    ntpbench(4, *TINY, "--tp", 2, "--steps", 7, "--policy", "ntp", "--schedule", schedule(tmp_path, text),
+             "--out", out)
+    assert steps(out)["samples"].tolist() == [8, 4, 4, 4, 8, 8, 8]
+    replay(out)
+
+
+def test_unscheduled_kill_from_outside(tmp_path):
+    # A long enough paced run; rank 3's pid comes from /ranks/incarnations while the run writes.
+    out = tmp_path / "outside.h5"
+    cmd = [*MPIRUN, "-np", "4", str(NTPBENCH), *map(str, TINY), "--tp", "2", "--steps", "40", "--timing", "paced",
+           "--device-gflops", "0.2", "--out", str(out)]
+    env = {**ENV, "HDF5_USE_FILE_LOCKING": "FALSE"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        pid = None
+        deadline = time.time() + 60
+        while time.time() < deadline and pid is None:
+            time.sleep(0.5)
+            try:
+                with h5py.File(out, "r", locking=False) as f:
+                    inc = f["ranks"]["incarnations"][()]
+                    if len(f["steps"]) >= 5 and len(inc) == 4:
+                        pid = int(inc[inc["rank"] == 3]["pid"][0])
+            except (OSError, KeyError):
+                pass
+        assert pid is not None, "the run did not get going"
+        os.kill(pid, 9)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "done: 40 steps" in output, output
+    details = kill_details(out)
+    assert len(details) == 1 and details[0][1] == 3 and details[0][2].startswith("unscheduled"), details
+    assert replicas(out).tolist()[-1] == [2, 1]
+    replay(out)
+
+
+def test_kill_of_the_recording_rank_is_refused_clearly(tmp_path):
+    text = "events:\n  - {step: 2, kill: [0]}\n"
+    p = ntpbench(4, *TINY, "--tp", 2, "--steps", 4, "--schedule", schedule(tmp_path, text), "--out",
+                 tmp_path / "r0.h5", check=False)
+    assert p.returncode == 2 and "kills rank 0" in p.stderr, p.stderr
+
+
+def test_fence_mode_keeps_the_process(tmp_path):
+    out = tmp_path / "fence.h5"
+    text = "events:\n  - {step: 2, kill: [3]}\n  - {step: 4, revive: [3]}\n"
+    ntpbench(4, "--preset", "tiny", "--quiet", "--kill-mode", "fence", "--tp", 2, "--steps", 5, "--schedule",
+             schedule(tmp_path, text), "--out", out)
+    inc = incarnations(out)
+    assert len(inc) == 4  # nobody died: the same four processes throughout
+    replay(out)
