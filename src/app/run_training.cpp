@@ -72,6 +72,18 @@ Peak find_peak(const Options& o, Comm& world, int threads) {
   return {peak, fmt::format("cblas_sgemm 1024^3 measured at start-up, {} thread(s) per rank, fastest rank", threads)};
 }
 
+// On leaving a scope, every live rank waits for the others (the root's last writes happen inside
+// it): a process that saw a failure then ends without MPI_Finalize (finish_mpi).
+struct GroupBarrierOnExit {
+  Comm& group;
+  ~GroupBarrierOnExit() {
+    try {
+      group.barrier();
+    } catch (const std::exception&) {
+    }
+  }
+};
+
 // Where a rank's scheduled death strikes, as the trainer names it.
 StepPoint step_point(KillAt at) {
   switch (at) {
@@ -138,6 +150,11 @@ std::string broadcast_string(Comm& c, std::string s) {
   return s;
 }
 
+// Real failures left no replica able to train and no revival is scheduled: the run cannot go on.
+struct NoProgress : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // One run of the training loop on this rank. The group's rank 0 (the lowest live logical rank)
 // owns the recorder and prints.
 class TrainingRun {
@@ -173,6 +190,8 @@ class TrainingRun {
   // The step, redone after a failure until it commits (signal mode); returns when it has.
   void run_step(int s, double recovery_seconds);
   void finish();
+  // After NoProgress: the root closes the file with what it holds (a /summary over the rows).
+  void abandon(const NoProgress& e);
   // A replacement process's part of the revival at step s (the survivors are in revive()).
   double join(int s, const std::vector<int>& ranks);
 
@@ -519,6 +538,14 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       group_->allreduce_max(worst, 3);
       double bytes = rc.heal_bytes;
       group_->allreduce_sum(&bytes, 1);
+      if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s)) {
+        std::vector<int> dead;
+        for (int r = 0; r < int(alive_.size()); ++r)
+          if (!alive_[r]) dead.push_back(r);
+        throw NoProgress(fmt::format("step {}: rank(s) {} are dead, no replica can train under --policy {} and no "
+                                     "revival is scheduled",
+                                     s, dead, o_.policy));
+      }
       if (root()) {
         if (!rec_) take_over_recorder(lost);
         const StepEvents& sched = schedule_.at(s);
@@ -613,6 +640,7 @@ void TrainingRun::finish() {
     if (trainer_->configuration().active_replicas() == 0 && root())
       fmt::print("no replica is active at the end: no final checkpoint\n");
   }
+  const GroupBarrierOnExit last{*group_};
   if (!root()) return;
   const double wall = now();
   if (!last_ckpt_.empty()) rec_->set_attr("final_checkpoint", std::filesystem::absolute(last_ckpt_).string());
@@ -626,6 +654,16 @@ void TrainingRun::finish() {
              o_.steps, tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall,
              rec_->rows().empty() ? 0.0 : rec_->rows().back().loss, o_.out,
              last_ckpt_.empty() ? "" : " and checkpoint " + last_ckpt_);
+  std::fflush(stdout);
+}
+
+void TrainingRun::abandon(const NoProgress& e) {
+  const GroupBarrierOnExit last{*group_};
+  if (!root()) return;
+  if (!rec_) take_over_recorder({});
+  rec_->write_summary(now(), static_cast<int>(alive_.size()), peak_.gflops);
+  rec_->set_summary("recorder_seconds", recorder_seconds_);
+  std::fprintf(stderr, "ntpbench: error: %s; the results file holds every step so far: %s\n", e.what(), o_.out.c_str());
 }
 
 // The results file's name: --out, or a dated default that every rank agrees on (only rank 0
@@ -704,9 +742,14 @@ int run_training(Options o, Comm& world) {
   run.open_results();
   run.print_banner();
   run.start_clock();
-  for (int s = 1; s <= o.steps; ++s) {
-    const double recovery_seconds = run.apply_events(s);
-    run.run_step(s, recovery_seconds);
+  try {
+    for (int s = 1; s <= o.steps; ++s) {
+      const double recovery_seconds = run.apply_events(s);
+      run.run_step(s, recovery_seconds);
+    }
+  } catch (const NoProgress& e) {
+    run.abandon(e);
+    return 3;
   }
   run.finish();
   return 0;
@@ -722,10 +765,15 @@ int run_joined(Comm& parent) {
   Schedule schedule;
   if (!m.options.schedule.empty()) schedule = Schedule::load(m.options.schedule, int(m.state.alive.size()), m.options.steps);
   TrainingRun run(m, me, std::move(group), std::move(schedule));
-  double recovery_seconds = run.join(m.step, m.ranks);
-  for (int s = m.step; s <= m.options.steps; ++s) {
-    if (s > m.step) recovery_seconds = run.apply_events(s);
-    run.run_step(s, recovery_seconds);
+  try {
+    double recovery_seconds = run.join(m.step, m.ranks);
+    for (int s = m.step; s <= m.options.steps; ++s) {
+      if (s > m.step) recovery_seconds = run.apply_events(s);
+      run.run_step(s, recovery_seconds);
+    }
+  } catch (const NoProgress& e) {
+    run.abandon(e);
+    return 3;
   }
   run.finish();
   return 0;

@@ -90,9 +90,11 @@ std::unique_ptr<Comm> world_comm();
 // In a process started by Comm::spawn: the parents' group with the new processes appended (as
 // the parents' spawn() returns it); nullptr in a process started by the launcher.
 std::unique_ptr<Comm> join_parent();
-// Disconnects from every spawned process (and from the parents); call before MPI_Finalize, once
-// every Comm derived from them is gone.
-void disconnect_spawned();
+// Ends MPI in this process and returns `code` (the process exit status): disconnects from spawned
+// processes (and from the parents), then MPI_Finalize; a process that took part in a repair ends
+// with _Exit(code) instead (see comm_mpi.cpp), so every live process must have passed a last
+// barrier. Call once every Comm derived from the world is gone.
+int finish_mpi(int code);
 // Ranks on this node (MPI_COMM_TYPE_SHARED).
 std::unique_ptr<Comm> node_comm();
 std::string mpi_library_version();
