@@ -1,11 +1,36 @@
 #include "cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <string>
+#include <type_traits>
 
 namespace ntp {
 
 namespace {
+
+// Every floating-point flag (and its --config key) must be a finite number that stays finite in the
+// field's own type: CLI11's ranges compare, and NaN compares false, so `--lr nan` would pass them.
+template <typename T>
+CLI::Validator finite() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        long double v = 0;
+        if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not a number";
+        if (!std::isfinite(v)) return in + " is not a finite number";
+        if (!std::isfinite(static_cast<T>(v)))
+          return in + " is not a finite number in " + (sizeof(T) == 4 ? "single" : "double") + " precision";
+        return {};
+      },
+      "", "FINITE");
+}
+
+// A floating-point option: finite first, then the option's own range.
+template <typename T>
+CLI::Option* add_real(CLI::App& app, const std::string& name, T& field, const std::string& help) {
+  static_assert(std::is_floating_point_v<T>);
+  return app.add_option(name, field, help)->check(finite<T>());
+}
 
 // Flags that do not map one-to-one onto an Options field: the preset and its overrides, resolved
 // into a ModelConfig after parsing.
@@ -35,18 +60,18 @@ void add_model_flags(CLI::App& app, ModelFlags& m, Options& o) {
 }
 
 void add_optimizer_flags(CLI::App& app, ModelFlags& m, Options& o) {
-  app.add_option("--lr", o.opt.lr, "AdamW peak learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--beta1", o.opt.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--beta2", o.opt.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--eps", o.opt.eps, "AdamW epsilon")->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", o.opt.weight_decay, "Decoupled weight decay on 2-D tensors")
+  add_real(app, "--lr", o.opt.lr, "AdamW peak learning rate")->check(CLI::PositiveNumber);
+  add_real(app, "--beta1", o.opt.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.999999));
+  add_real(app, "--beta2", o.opt.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.999999));
+  add_real(app, "--eps", o.opt.eps, "AdamW epsilon")->check(CLI::PositiveNumber);
+  add_real(app, "--weight-decay", o.opt.weight_decay, "Decoupled weight decay on 2-D tensors")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--clip", o.opt.clip, "Clip gradients to this global norm (0: no clipping)")
+  add_real(app, "--clip", o.opt.clip, "Clip gradients to this global norm (0: no clipping)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--warmup", o.opt.warmup, "Linear learning-rate warmup steps")->check(CLI::NonNegativeNumber);
   app.add_option("--lr-schedule", m.lr_schedule, "constant, or cosine decay to --min-lr-ratio x lr by the last step")
       ->check(CLI::IsMember({"constant", "cosine"}));
-  app.add_option("--min-lr-ratio", o.opt.min_lr_ratio, "Final lr as a fraction of --lr under cosine decay")
+  add_real(app, "--min-lr-ratio", o.opt.min_lr_ratio, "Final lr as a fraction of --lr under cosine decay")
       ->check(CLI::Range(0.0, 1.0));
 }
 
@@ -66,7 +91,7 @@ void add_output_flags(CLI::App& app, Options& o) {
   app.add_option("--replay", o.replay,
                  "Re-run RUN.h5's recorded steps on one rank and compare with its final checkpoint")
       ->check(CLI::ExistingFile);
-  app.add_option("--replay-tol", o.replay_tol, "Largest relative parameter difference --replay accepts")
+  add_real(app, "--replay-tol", o.replay_tol, "Largest relative parameter difference --replay accepts")
       ->check(CLI::PositiveNumber);
   app.add_flag("--quiet", o.quiet, "Print only the summary, not a line per step");
   app.add_flag("--check", o.check, "Validate the configuration and the schedule against the job's ranks, then exit");
@@ -90,15 +115,15 @@ void add_failure_and_timing_flags(CLI::App& app, Options& o) {
                  "wall: real time; paced: each rank emulates a device of --device-gflops and links of --tp-gbps/"
                  "--dp-gbps (for more ranks than cores)")
       ->check(CLI::IsMember({"wall", "paced"}));
-  app.add_option("--device-gflops", o.pacing.device_gflops, "Paced: compute rate of one emulated device, GFLOP/s")
+  add_real(app, "--device-gflops", o.pacing.device_gflops, "Paced: compute rate of one emulated device, GFLOP/s")
       ->check(CLI::PositiveNumber);
-  app.add_option("--tp-gbps", o.pacing.tp_gbps, "Paced: bandwidth of a link inside a replica, GB/s")
+  add_real(app, "--tp-gbps", o.pacing.tp_gbps, "Paced: bandwidth of a link inside a replica, GB/s")
       ->check(CLI::PositiveNumber);
-  app.add_option("--dp-gbps", o.pacing.dp_gbps, "Paced: bandwidth of a link between replicas, GB/s")
+  add_real(app, "--dp-gbps", o.pacing.dp_gbps, "Paced: bandwidth of a link between replicas, GB/s")
       ->check(CLI::PositiveNumber);
-  app.add_option("--link-latency-us", o.pacing.latency_us, "Paced: latency of one message, microseconds")
+  add_real(app, "--link-latency-us", o.pacing.latency_us, "Paced: latency of one message, microseconds")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--boost", o.pacing.boost,
+  add_real(app, "--boost", o.pacing.boost,
                  "ntp-pw: speed-up of a damaged replica's ranks (power boost), at most 1.3 (the paper's TDP headroom)")
       ->check(CLI::Range(1.0, 1.3));
 }
@@ -107,7 +132,7 @@ void add_failure_and_timing_flags(CLI::App& app, Options& o) {
 void add_hardware_flags(CLI::App& app, Options& o) {
   app.add_option("--threads", o.threads, "BLAS/OpenMP threads per rank (0: cores per node / ranks per node)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--peak-gflops", o.peak_gflops, "Peak GFLOP/s of one rank for MFU (0: measure sgemm at start)")
+  add_real(app, "--peak-gflops", o.peak_gflops, "Peak GFLOP/s of one rank for MFU (0: measure sgemm at start)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--backend", o.backend, "Where kernels run: cpu (OpenBLAS + OpenMP) or cuda (cuBLAS, one GPU per rank)")
       ->check(CLI::IsMember({"cpu", "cuda"}));

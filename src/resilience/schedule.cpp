@@ -182,9 +182,18 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
     throw ScheduleError(fmt::format("{}:{}: malformed YAML: {}", name, e.mark.line + 1, e.msg));
   }
   Schedule s;
-  if (root.IsNull()) return s;
+  // A schedule that says nothing (an empty file, a YAML null, `events: []` without `random`) is
+  // most likely a mistake: no failures is the run without --schedule.
+  const auto empty = [&] {
+    throw ScheduleError(fmt::format("{}: the schedule is empty: it has no events and no 'random' generator "
+                                    "(for a run without failures, leave out --schedule)",
+                                    name));
+  };
+  if (root.IsNull()) empty();
   if (!root.IsMap()) c.fail(root, "a schedule is a mapping with 'events' and/or 'random'");
   c.only_keys(root, {"events", "random"}, "the schedule");
+  const auto events = root["events"];
+  if (!root["random"] && (!events || events.IsNull() || (events.IsSequence() && events.size() == 0))) empty();
   // Explicit events first; random failures only touch ranks that have none.
   std::set<int> explicit_ranks;
   if (const auto ev = root["events"]) {

@@ -38,7 +38,7 @@ struct StepEvents {
 class Schedule {
  public:
   Schedule() = default;  // no failures
-  // Parses and validates; throws ScheduleError.
+  // Parses and validates; throws ScheduleError, also for an empty schedule (no events, no 'random').
   static Schedule load(const std::string& path, int world_size, int steps);
   static Schedule parse(const std::string& yaml, const std::string& name, int world_size, int steps);
 

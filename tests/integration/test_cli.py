@@ -100,3 +100,52 @@ def test_config_file_precision_is_checked(tmp_path):
     assert p.returncode != 0
     assert "--precision bf16 needs --backend cuda" in p.stderr + p.stdout, p.stderr + p.stdout
     assert not out.exists()
+
+
+# Every floating-point flag: NaN (which compares false, so a range check alone lets it through), and
+# values that are infinite or overflow the field's type, are refused naming the flag (exit 2).
+NON_FINITE = [
+    ("--lr", "nan"), ("--lr", "inf"), ("--lr", "1e39"), ("--beta1", "nan"), ("--beta2", "nan"), ("--eps", "nan"),
+    ("--eps", "-inf"), ("--weight-decay", "nan"), ("--clip", "nan"), ("--clip", "1e39"), ("--min-lr-ratio", "nan"),
+    ("--replay-tol", "nan"), ("--device-gflops", "nan"), ("--device-gflops", "inf"), ("--tp-gbps", "nan"),
+    ("--dp-gbps", "nan"), ("--link-latency-us", "nan"), ("--boost", "nan"), ("--peak-gflops", "nan"),
+    ("--peak-gflops", "inf"),
+]
+
+
+@pytest.mark.parametrize("flag, value", NON_FINITE)
+def test_non_finite_flags_are_refused(tmp_path, flag, value):
+    out = tmp_path / "run.h5"
+    p = ntpbench(1, "--preset", "tiny", "--steps", 2, flag, value, "--out", out, check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"{flag}: {value} is not a finite number" in p.stderr + p.stdout, p.stderr + p.stdout
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("key, value", [("lr", "nan"), ("boost", "inf"), ("eps", "-inf")])
+def test_non_finite_config_values_are_refused(tmp_path, key, value):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'preset = "tiny"\nsteps = 2\n{key} = {value}\n')
+    out = tmp_path / "run.h5"
+    p = ntpbench(1, "--config", cfg, "--out", out, check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"--{key}: {value} is not a finite number" in p.stderr + p.stdout, p.stderr + p.stdout
+    assert not out.exists()
+
+
+# A schedule that says nothing is refused naming the file: no failures is the run without --schedule.
+@pytest.mark.parametrize("text", ["", "# nothing here\n", "~\n", "null\n", "events: []\n", "events:\n"])
+def test_empty_schedule_is_refused(tmp_path, text):
+    out = tmp_path / "run.h5"
+    sched = schedule(tmp_path, text)
+    p = ntpbench(2, "--preset", "tiny", "--tp", 2, "--steps", 4, "--schedule", sched, "--out", out, check=False)
+    assert p.returncode != 0, p.stdout
+    assert f"{sched}: the schedule is empty: it has no events and no 'random' generator" in p.stderr, p.stderr
+    assert not out.exists()
+
+
+def test_a_generator_alone_is_a_schedule(tmp_path):
+    # No explicit events, and a generator that draws no failure in 4 steps: accepted.
+    sched = schedule(tmp_path, "events: []\nrandom: {mtbf_steps: 1000000, repair_steps: 2, seed: 1}\n")
+    p = ntpbench(2, "--preset", "tiny", "--tp", 2, "--steps", 4, "--schedule", sched, "--check")
+    assert "--check: OK" in p.stdout
