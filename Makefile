@@ -146,7 +146,7 @@ bench-bestblas: build
 # that a CUDA-and-Python image lacks, in gpu-bundle/ (relocatable, under 48 MiB).
 .PHONY: gpu-bundle
 gpu-bundle: py-deps
-	JOBS=$(JOBS) jobs/gpu/make_bundle.sh gpu-bundle
+	VENV=$(VENV) JOBS=$(JOBS) jobs/gpu/make_bundle.sh gpu-bundle
 
 clean:
 	rm -rf $(BUILD) build-system
