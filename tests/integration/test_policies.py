@@ -8,7 +8,9 @@ import pytest
 
 from conftest import events, ntpbench, replay, replicas, schedule, steps
 
-TINY = ["--preset", "tiny", "--micro-batch", 4, "--quiet"]
+# The policies themselves, on the fence emulation (deterministic, any MPI); real kills of every
+# policy are in test_real_failures.py.
+TINY = ["--preset", "tiny", "--micro-batch", 4, "--quiet", "--kill-mode", "fence"]
 KILL3_REVIVE8 = "events:\n  - {step: 3, kill: [3]}\n  - {step: 8, revive: [3]}\n"
 
 # Samples per step for kill at 3, revive at 8, 12 steps.

@@ -1,0 +1,211 @@
+// What --kill-mode signal adds to the training loop: the repair after a peer's death (revoke,
+// agree, shrink, reconfigure), replacement processes (spawn, join message, heal), and the
+// recorder moving to the next live rank.
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "fault.hpp"
+#include "run.hpp"
+#include "training_run.hpp"
+
+namespace ntp {
+
+nlohmann::json to_json(const JoinMessage& m) {
+  const JoinState& s = m.state;
+  return {{"options", to_json(m.options)}, {"step", m.step}, {"elapsed", m.elapsed}, {"ranks", m.ranks},
+          {"alive", std::vector<int>(s.alive.begin(), s.alive.end())},
+          {"valid", std::vector<int>(s.valid.begin(), s.valid.end())}, {"cursor", s.cursor},
+          {"initial_cursor", s.initial_cursor}, {"steps", s.steps}, {"initial_steps", s.initial_steps},
+          {"restore_path", s.restore_path}, {"last_checkpoint", m.last_checkpoint},
+          {"threads", m.options.threads}, {"recorder", m.recorder}};
+}
+
+JoinMessage join_message_from_json(const nlohmann::json& j) {
+  JoinMessage m;
+  m.options = options_from_json(j.at("options"));
+  m.options.threads = j.at("threads");
+  m.step = j.at("step");
+  m.elapsed = j.at("elapsed");
+  m.ranks = j.at("ranks").get<std::vector<int>>();
+  for (int a : j.at("alive").get<std::vector<int>>()) m.state.alive.push_back(char(a));
+  for (int v : j.at("valid").get<std::vector<int>>()) m.state.valid.push_back(char(v));
+  m.state.cursor = j.at("cursor");
+  m.state.initial_cursor = j.at("initial_cursor");
+  m.state.steps = j.at("steps");
+  m.state.initial_steps = j.at("initial_steps");
+  m.state.restore_path = j.at("restore_path");
+  m.last_checkpoint = j.at("last_checkpoint");
+  m.recorder = j.at("recorder");
+  return m;
+}
+
+// A string from the group's rank 0 to every member.
+std::string broadcast_string(Comm& c, std::string s) {
+  long long n = static_cast<long long>(s.size());
+  c.broadcast(&n, sizeof n, 0);
+  s.resize(static_cast<std::size_t>(n));
+  c.broadcast(s.data(), s.size(), 0);
+  return s;
+}
+
+// The group is now `group` (after a shrink or a spawn): every member's logical rank, and the
+// trainer talks over it.
+void TrainingRun::adopt(std::unique_ptr<Comm> group) {
+  trainer_->set_group(*group);
+  std::unique_ptr<Comm> old = std::move(owned_group_);  // the trainer's communicators were split from it
+  owned_group_ = std::move(group);
+  group_ = owned_group_.get();
+  members_ = group_->allgather(me_);
+  std::fill(alive_.begin(), alive_.end(), 0);
+  for (int r : members_) alive_[r] = 1;
+}
+
+// Signal mode, on the survivors: new processes take the dead logical ranks `ranks`
+// (MPI_Comm_spawn, then merged), are told the run's state, and are healed from their peers.
+double TrainingRun::revive(int s, const std::vector<int>& ranks) {
+  const double t_event = now();
+  std::vector<std::string> args;  // the child learns everything from the join message
+  auto merged = group_->spawn(std::filesystem::read_symlink("/proc/self/exe").string(), args,
+                              static_cast<int>(ranks.size()));
+  JoinMessage m;
+  m.options = o_;
+  m.options.threads = threads_;
+  m.step = s;
+  m.elapsed = now();
+  m.ranks = ranks;
+  m.state = trainer_->join_state(-1);
+  m.last_checkpoint = last_ckpt_;
+  m.recorder = recorder_;
+  broadcast_string(*merged, merged->rank() == 0 ? to_json(m).dump() : std::string());
+  adopt(merged->split(0, me_));
+  record_processes(ranks);
+  const double spawn_seconds = now() - t_event;
+  StepEvents ev;
+  ev.revive = ranks;
+  const double rec = reconfigure(s, ev);
+  if (root()) rec_->event(make_event(t_event, s, "spawn", -1, -1, 0, spawn_seconds,
+                                     fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks)));
+  return spawn_seconds + rec;
+}
+
+// A new process's side of revive(): the same adoption and reconfiguration.
+double TrainingRun::join(int s, const std::vector<int>& ranks) {
+  members_ = group_->allgather(me_);
+  record_processes(ranks);
+  StepEvents ev;
+  ev.revive = ranks;
+  return reconfigure(s, ev);
+}
+
+// The recorder moves: the lowest live logical rank (this one, now the group's rank 0) reopens the
+// results file its dead predecessor wrote and appends from there.
+void TrainingRun::take_over_recorder(const std::vector<int>& lost) {
+  rec_ = Recorder::reopen(o_.out, static_cast<int>(alive_.size()), trainer_->topology().replicas);
+  for (const auto& row : rec_->rows())
+    if (row.samples > 0 && row.live_ranks == int(alive_.size()) && row.active_replicas == trainer_->topology().replicas)
+      healthy_step_seconds_.push_back(row.t_end - row.t_start);
+  if (!rec_->rows().empty()) last_step_seconds_ = rec_->rows().back().t_end - rec_->rows().back().t_start;
+  fmt::print("logical rank {} takes over the results file from rank(s) {} ({} rows so far)\n", me_, lost,
+             rec_->rows().size());
+  rec_->event(make_event(now(), static_cast<std::int64_t>(rec_->rows().size()) + 1, "recorder", me_, me_ / o_.tp, 0, 0,
+                         fmt::format("rank {} reopened the file", me_)));
+}
+
+// Signal mode: a peer died (or a survivor revoked the group). Every survivor takes the same path:
+// an agreement vote for the attempt (unless the failure came from that vote), shrink to the live
+// ranks, and the policy's reconfiguration over them. Returns the seconds it took.
+double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
+  double t_notice = now();
+  double total = 0;
+  bool voted = dynamic_cast<const CommitRefused*>(&e) != nullptr;
+  for (;;) {
+    try {
+      const double t0 = now();
+      trainer_->revoke_all();
+      if (!voted) group_->agree(false);
+      voted = false;
+      const std::vector<int> before = members_;
+      adopt(group_->shrink());
+      if (!alive_[recorder_]) recorder_ = members_.front();
+      double times[3] = {t_notice, -t_notice, now() - t0};  // last notice, first notice, repair
+      group_->allreduce_max(times, 3);
+      const double first = -times[1];
+      StepEvents ev;
+      std::vector<int> lost;
+      for (int r : before)
+        if (!alive_[r]) lost.push_back(r);
+      ev.kill = lost;
+      std::vector<std::string> how;
+      const int steps_before = trainer_->steps_taken();
+      const Recovery rc = trainer_->reconfigure(alive_);
+      restored_ = restored_ || rc.restored;
+      double worst[3] = {rc.detect, rc.reconfigure, rc.heal};
+      group_->allreduce_max(worst, 3);
+      double bytes = rc.heal_bytes;
+      group_->allreduce_sum(&bytes, 1);
+      if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s)) {
+        std::vector<int> dead;
+        for (int r = 0; r < int(alive_.size()); ++r)
+          if (!alive_[r]) dead.push_back(r);
+        throw NoProgress(fmt::format("step {}: rank(s) {} are dead, no replica can train under --policy {} and no "
+                                     "revival is scheduled",
+                                     s, dead, o_.policy));
+      }
+      if (root()) {
+        if (!rec_) take_over_recorder(lost);
+        const StepEvents& sched = schedule_.at(s);
+        fmt::print("step {:5d}: rank(s) {} died | first survivor noticed {:.2f} ms into the step, the last {:.2f} ms "
+                   "later | revoke + agree + shrink {:.2f} ms\n",
+                   s, lost, (first - t_attempt) * 1e3, (times[0] - first) * 1e3, times[2] * 1e3);
+        for (int r : lost) {
+          rec_->incarnation_end(r, first);
+          auto it = std::find(sched.kill.begin(), sched.kill.end(), r);
+          how.push_back(it == sched.kill.end()
+                            ? std::string("unscheduled: the process died")
+                            : fmt::format("scheduled: SIGKILL at {}", kill_at_name(sched.kill_at[it - sched.kill.begin()])));
+        }
+        rec_->event(make_event(first, s, "lost", -1, -1, 0, first - t_attempt,
+                               "the interrupted attempt's time until the first survivor noticed"));
+        rec_->event(make_event(first, s, "notice", -1, -1, 0, times[0] - first,
+                               "from the first survivor's notice to the last's"));
+        rec_->event(make_event(times[0], s, "repair", -1, -1, 0, times[2], "revoke + agree + shrink"));
+        record_recovery(s, ev, rc, times[0] + times[2], worst, bytes, steps_before, &how, first);
+      }
+      total += (now() - t_notice);
+      return total;
+    } catch (const PeerFailure&) {
+      // Another failure during the repair: the same path again, over what is left.
+      total += now() - t_notice;
+      t_notice = now();
+    }
+  }
+}
+
+int run_joined(Comm& parent) {
+  const JoinMessage m = join_message_from_json(nlohmann::json::parse(broadcast_string(parent, "")));
+  // The new processes were started together: the k-th (its rank in its own MPI_COMM_WORLD) takes
+  // the k-th logical rank revived.
+  const int k = world_comm()->rank();
+  const int me = m.ranks.at(k);
+  std::unique_ptr<Comm> group = parent.split(0, me);
+  Schedule schedule;
+  if (!m.options.schedule.empty()) schedule = Schedule::load(m.options.schedule, int(m.state.alive.size()), m.options.steps);
+  TrainingRun run(m, me, std::move(group), std::move(schedule));
+  try {
+    double recovery_seconds = run.join(m.step, m.ranks);
+    for (int s = m.step; s <= m.options.steps; ++s) {
+      if (s > m.step) recovery_seconds = run.apply_events(s);
+      run.run_step(s, recovery_seconds);
+    }
+  } catch (const NoProgress& e) {
+    run.abandon(e);
+    return 3;
+  }
+  run.finish();
+  return 0;
+}
+
+}  // namespace ntp

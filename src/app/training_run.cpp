@@ -1,0 +1,381 @@
+// The training loop of one rank: start-up records, the schedule's events, each step's attempt,
+// report and row, checkpoints and the end of the run.
+#include "training_run.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "machine.hpp"
+
+namespace ntp {
+
+namespace {
+
+// On leaving a scope, every live rank waits for the others (the root's last writes happen inside
+// it): a process that saw a failure then ends without MPI_Finalize (finish_mpi).
+struct GroupBarrierOnExit {
+  Comm& group;
+  ~GroupBarrierOnExit() {
+    try {
+      group.barrier();
+    } catch (const std::exception&) {
+    }
+  }
+};
+
+std::string checkpoint_path(const Options& o, int step) {
+  return (std::filesystem::path(checkpoint_dir_for(o)) / fmt::format("step_{:06d}.h5", step)).string();
+}
+
+// What every rank reports to rank 0 after a step (the metrics channel).
+struct Report {
+  std::array<double, kPhaseCount> phases{};
+  double trained = 0, loss = 0, grad_norm = 0, overruns = 0;
+};
+
+constexpr int kReportSize = sizeof(Report) / sizeof(double);
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Where a rank's scheduled death strikes, as the trainer names it.
+StepPoint step_point(KillAt at) {
+  switch (at) {
+    case KillAt::Forward: return StepPoint::Forward;
+    case KillAt::Backward: return StepPoint::Backward;
+    case KillAt::Sync: return StepPoint::Sync;
+    default: return StepPoint::Optimizer;
+  }
+}
+
+// A scheduled kill in signal mode: the process ends here, as a crashed GPU's host process would.
+[[noreturn]] void die() {
+  std::fflush(nullptr);
+  raise(SIGKILL);
+  std::abort();  // not reached
+}
+
+}  // namespace
+
+Peak find_peak(const Options& o, Comm& world, int threads) {
+  const bool root = world.rank() == 0;
+  if (o.peak_gflops > 0) return {o.peak_gflops, "--peak-gflops"};
+  if (o.pacing.enabled) return {o.pacing.device_gflops, "--device-gflops (paced timing)"};
+  if (o.backend != "cpu") {
+    if (root) fmt::print("note: --backend {} without --peak-gflops: MFU is not reported\n", o.backend);
+    return {0, "unknown: pass --peak-gflops (the device's peak) for MFU"};
+  }
+  world.barrier();  // measure with every rank busy at once, as in the steps
+  double peak = measure_sgemm_gflops();
+  world.allreduce_max(&peak, 1);
+  return {peak, fmt::format("cblas_sgemm 1024^3 measured at start-up, {} thread(s) per rank, fastest rank", threads)};
+}
+
+// Signal mode: the trainer agrees before every update and strikes this rank's scheduled death.
+void TrainingRun::arm() {
+  if (!signal()) return;
+  trainer_->set_commit_agreement(true);
+  trainer_->set_step_hook([this](StepPoint p) {
+    if (doom_ && *doom_ != KillAt::Start && step_point(*doom_) == p) die();
+  });
+}
+
+void TrainingRun::open_results() {
+  if (root()) {
+    rec_ = std::make_unique<Recorder>(o_.out, o_.overwrite, group_->size(), trainer_->topology().replicas);
+    const nlohmann::json env = environment_record();
+    for (auto& [k, v] : env.items()) rec_->set_attr(k, v.get<std::string>());
+    rec_->set_attr("config", to_json(o_).dump());
+    rec_->set_attr("ranks", static_cast<long long>(group_->size()));
+    rec_->set_attr("tp", static_cast<long long>(o_.tp));
+    rec_->set_attr("replicas", static_cast<long long>(trainer_->topology().replicas));
+    rec_->set_attr("timing", o_.timing);
+    rec_->set_attr("policy", o_.schedule.empty() ? std::string("none") : o_.policy);
+    rec_->set_attr("threads_per_rank", static_cast<long long>(threads_));
+    rec_->set_attr("peak_gflops_per_rank", peak_.gflops);
+    rec_->set_attr("peak_gflops_source", peak_.source);
+    rec_->set_attr("data", trainer_->data().describe());
+    rec_->set_attr("tokens_per_sample", static_cast<long long>(o_.seq));
+  }
+  const auto hosts = group_->gather(host_name(), 0);
+  if (root()) rec_->set_attr("hosts", nlohmann::json(hosts).dump());
+  record_processes({});
+}
+
+// /ranks/incarnations: which process holds each logical rank (the group's members not in
+// `only`, unless it is empty, are left as they are). Collective over the group.
+void TrainingRun::record_processes(const std::vector<int>& only) {
+  const auto who =
+      group_->gather(fmt::format("{} {}", static_cast<long long>(getpid()), host_name()), root_index());
+  if (!root()) return;
+  for (std::size_t k = 0; k < who.size(); ++k) {
+    const int r = members_[k];
+    if (!only.empty() && std::find(only.begin(), only.end(), r) == only.end()) continue;
+    const auto space = who[k].find(' ');
+    rec_->incarnation_start(r, std::stoll(who[k].substr(0, space)), who[k].substr(space + 1), only.empty() ? 0.0 : now());
+  }
+}
+
+void TrainingRun::print_banner() const {
+  if (!root() || o_.quiet) return;
+  const ModelConfig& m = o_.model;
+  fmt::print("ntpbench: {} ranks = {} replicas x TP {} | model {} (L={} H={} d={} V={}, {:.2f}M params) | "
+             "B={} per replica, T={} | {} thread(s)/rank | timing {}{}\n",
+             group_->size(), trainer_->topology().replicas, o_.tp, o_.preset, m.layers, m.heads, m.hidden, m.vocab,
+             parameter_count(m) / 1e6, o_.micro_batch, o_.seq, threads_, o_.timing,
+             o_.schedule.empty() ? "" : fmt::format(" | policy {} | schedule {}", o_.policy, o_.schedule));
+  fmt::print("data: {}\nresults: {}\n", trainer_->data().describe(), o_.out);
+  if (o_.backend != "cpu") fmt::print("communication: {}\n", trainer_->communication());
+  std::fflush(stdout);
+}
+
+void TrainingRun::start_clock() {
+  group_->barrier();  // everyone starts the clock together
+  t0_ = std::chrono::steady_clock::now();
+  trainer_->clock().take();  // phase accounting starts with the first step
+}
+
+double TrainingRun::apply_events(int s) {
+  const StepEvents& ev = schedule_.at(s);
+  if (ev.kill.empty() && ev.revive.empty()) return 0;
+  if (!signal()) return reconfigure(s, ev);
+  // Signal mode: a victim dies at its phase of this step and the others find out from MPI; ranks
+  // to revive are new processes. A kill of a rank already dead (an unscheduled death) is moot, as
+  // is a revival of one that lives.
+  for (std::size_t i = 0; i < ev.kill.size(); ++i)
+    if (ev.kill[i] == me_) doom_ = ev.kill_at[i];
+  std::vector<int> back;
+  for (int r : ev.revive)
+    if (!alive_[r]) back.push_back(r);
+  return back.empty() ? 0 : revive(s, back);
+}
+
+// Fence mode: every rank applies the schedule's membership at once.
+double TrainingRun::reconfigure(int s, const StepEvents& ev) {
+  const double t_event = now();
+  for (int r : ev.kill) alive_[r] = 0;
+  for (int r : ev.revive) alive_[r] = 1;
+  const int before = trainer_->steps_taken();
+  const Recovery rc = trainer_->reconfigure(alive_);
+  // The recovery's figures: slowest rank for times, all ranks for bytes.
+  double worst[3] = {rc.detect, rc.reconfigure, rc.heal};
+  group_->allreduce_max(worst, 3);
+  double bytes = rc.heal_bytes;
+  group_->allreduce_sum(&bytes, 1);
+  if (root()) record_recovery(s, ev, rc, t_event, worst, bytes, before);
+  return worst[0] + worst[1] + worst[2];
+}
+
+// Rank 0: the recovery's events and its line on the console.
+void TrainingRun::record_recovery(int s, const StepEvents& ev, const Recovery& rc, double t_event,
+                                  const double worst[3], double bytes, int steps_before,
+                                  const std::vector<std::string>* kill_details, double t_kill) {
+  for (std::size_t i = 0; i < ev.kill.size(); ++i)
+    rec_->event(make_event(t_kill >= 0 ? t_kill : t_event, s, "kill", ev.kill[i], ev.kill[i] / o_.tp, 0, 0,
+                           kill_details ? (*kill_details)[i] : ""));
+  for (int r : ev.revive) rec_->event(make_event(t_event, s, "revive", r, r / o_.tp, 0, 0, ""));
+  const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
+  rec_->event(make_event(t_event, s, "detect", -1, -1, 0, worst[0], ""));
+  rec_->event(make_event(t_event + worst[0], s, "reconfigure", -1, -1, 0, worst[1], change));
+  std::string what = fmt::format("step {:5d}: {}{}| detect {:.2f} ms | reconfigure {:.2f} ms | ", s,
+                                 ev.kill.empty() ? "" : fmt::format("kill {} ", ev.kill),
+                                 ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive), worst[0] * 1e3,
+                                 worst[1] * 1e3);
+  const double t_heal = t_event + worst[0] + worst[1];
+  if (rc.restored) {
+    rec_->event(make_event(t_heal, s, "restore", -1, -1, bytes, worst[2],
+                           fmt::format("from {} (optimizer step {})", rc.restored_from, rc.restored_step)));
+    const auto [lost_rows, lost_seconds] = rec_->roll_back_after(rc.restored_step);
+    rec_->event(make_event(t_event, s, "rollback", -1, -1, 0, 0,
+                           fmt::format("{} steps rolled back (optimizer step {} -> {})", lost_rows, steps_before,
+                                       rc.restored_step)));
+    rec_->event(make_event(t_event, s, "recompute", -1, -1, 0, lost_seconds, fmt::format("{} steps to redo", lost_rows)));
+    what += fmt::format("no live replica holds every shard: restored {} (optimizer step {}), {} steps rolled "
+                        "back ({:.2f} s to recompute) | {}",
+                        rc.restored_from, rc.restored_step, lost_rows, lost_seconds, change);
+  } else if (trainer_->configuration().active_replicas() == 0) {
+    what += fmt::format("every replica is down: idle until a revival | {}", change);
+  } else {
+    rec_->event(make_event(t_heal, s, "heal", -1, -1, bytes, worst[2], change));
+    what += fmt::format("heal {:.2f} MB in {:.2f} ms | {}", bytes / 1e6, worst[2] * 1e3, change);
+  }
+  fmt::print("{}\n", what);
+  std::fflush(stdout);
+}
+
+void TrainingRun::run_step(int s, double recovery_seconds) {
+  for (;;) {
+    const double t_start = now();
+    double idle_seconds = 0;
+    const int before = trainer_->steps_taken();
+    try {
+      if (doom_ == KillAt::Start) die();
+      const StepResult r = attempt(idle_seconds);
+      last_ = r;
+      report(s, r, t_start, recovery_seconds, idle_seconds);
+      maybe_checkpoint(s, r.samples > 0);
+      return;
+    } catch (const PeerFailure& e) {
+      if (!signal()) throw;
+      restored_ = false;
+      recovery_seconds += recover(s, e, t_start);
+      // A step that committed before the failure showed (uniformly: the agreement) is not redone,
+      // unless the repair restored a checkpoint; if its row died with the recorder, the new one
+      // writes what it knows (its own phases).
+      if (!restored_ && trainer_->steps_taken() != before) {
+        if (root() && static_cast<int>(rec_->rows().size()) < s) record_step(s, last_, t_start, now(), recovery_seconds, 0);
+        return;
+      }
+    }
+  }
+}
+
+// One attempt at the step: the trainer's step (which agrees before the update in signal mode),
+// then the wait that ends every rank's row at the same moment.
+StepResult TrainingRun::attempt(double& idle_seconds) {
+  if (trainer_->configuration().active_replicas() == 0) {
+    // Nobody can train: the slot lasts as long as a healthy step would (the repair is measured
+    // in steps), and it counts against goodput.
+    PhaseScope idle(trainer_->clock(), Phase::Idle);
+    double wait = root() ? (healthy_step_seconds_.empty() ? last_step_seconds_ : median(healthy_step_seconds_)) : 0;
+    group_->broadcast(&wait, sizeof wait, root_index());
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    idle_seconds = wait;
+  }
+  const StepResult r = trainer_->step();  // with no active replica: advances nothing
+  {
+    // Ranks that trained less (or not at all) wait here for the rest: idle time, and every
+    // rank's phases of this row then end at the same moment.
+    PhaseScope idle(trainer_->clock(), Phase::Idle);
+    group_->barrier();
+  }
+  return r;
+}
+
+// The metrics channel: every rank's phases and loss to the root, which records the row.
+void TrainingRun::report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds) {
+  Report mine;
+  const auto waited = trainer_->clock().take();
+  for (int k = 0; k < kPhaseCount; ++k) mine.phases[k] = r.phase_seconds[k] + waited[k];
+  mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
+  std::vector<double> gathered(root() ? std::size_t(group_->size()) * kReportSize : 0);
+  group_->gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), root_index());
+  if (!root()) return;
+  std::fill(phase_rows_.begin(), phase_rows_.end(), std::array<double, kPhaseCount>{});
+  Report agg;
+  bool overrun = false;
+  for (int k = 0; k < group_->size(); ++k) {
+    const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
+    phase_rows_[members_[k]] = rep->phases;
+    if (rep->trained && !agg.trained) agg = *rep;
+    overrun = overrun || rep->overruns > 0;
+  }
+  StepResult row = r;
+  row.loss = agg.loss, row.grad_norm = agg.grad_norm, row.overruns = overrun ? 1 : 0;
+  record_step(s, row, t_start, now(), recovery_seconds, idle_seconds);
+}
+
+// Rank 0: the step's row (with every rank's phases from the metrics channel) and its line.
+void TrainingRun::record_step(int s, const StepResult& r, double t_start, double t_end, double recovery_seconds,
+                              double idle_seconds) {
+  const Configuration& cfg = trainer_->configuration();
+  const bool overrun = r.overruns > 0;
+  const StepResult& agg = r;
+  const double secs = t_end - t_start;
+  const long long tokens = r.samples * o_.seq;
+  const double flops = training_flops(o_.model, r.samples, o_.seq);
+  const double peak = peak_.gflops;
+  const double mfu = secs > 0 && peak > 0 ? flops / (secs * group_->size() * peak * 1e9) : std::nan("");
+  const double nan = std::nan("");
+  StepRow row{s, trainer_->steps_taken(), t_start, t_end, r.sample_begin, r.samples, tokens, tokens,
+              r.samples ? agg.loss : nan, r.samples ? agg.grad_norm : nan, r.lr, flops, mfu, cfg.live_ranks(),
+              cfg.active_replicas(), recovery_seconds, idle_seconds, static_cast<std::int8_t>(overrun)};
+  ReplicaRow rr;
+  for (const auto& rp : cfg.replicas) {
+    rr.tp_degree.push_back(rp.active() ? rp.degree() : 0);
+    rr.batch.push_back(rp.batch);
+    rr.state.push_back(static_cast<signed char>(rp.state));
+  }
+  const auto tr = std::chrono::steady_clock::now();
+  rec_->append(row, rr, phase_rows_);
+  recorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
+  if (r.samples > 0) {
+    last_step_seconds_ = secs;
+    if (cfg.active_replicas() == trainer_->topology().replicas && cfg.live_ranks() == int(alive_.size()))
+      healthy_step_seconds_.push_back(secs);
+  }
+  if (o_.quiet) return;
+  if (r.samples > 0)
+    fmt::print("step {:5d}/{} | loss {:.4f} | norm {:.4f} | {:8.1f} ms | {:9.0f} tok/s | MFU {:5.1f}% | TP {}{}\n", s,
+               o_.steps, agg.loss, agg.grad_norm, secs * 1e3, tokens / secs, 100 * mfu, cfg.degrees(),
+               overrun ? " | paced overrun" : "");
+  else
+    fmt::print("step {:5d}/{} | idle: every replica is down | {:8.1f} ms\n", s, o_.steps, secs * 1e3);
+  std::fflush(stdout);
+}
+
+void TrainingRun::maybe_checkpoint(int s, bool trained) {
+  if (o_.checkpoint_every <= 0 || !trained || trainer_->steps_taken() % o_.checkpoint_every != 0) return;
+  const std::string path = checkpoint_path(o_, trainer_->steps_taken());
+  const double tc = now();
+  if (trainer_->save_checkpoint(path)) {
+    trainer_->set_restore_point(path);
+    last_ckpt_ = path;
+    if (root()) {
+      rec_->event(make_event(tc, s, "checkpoint", -1, -1, 3.0 * parameter_count(o_.model) * sizeof(float), now() - tc,
+                             path));
+      if (!o_.quiet) fmt::print("checkpoint: {}\n", path);
+    }
+  }
+  group_->barrier();
+}
+
+// The final checkpoint (for --replay and resuming), /summary, and the closing line.
+void TrainingRun::finish() {
+  const std::string final_path = checkpoint_path(o_, trainer_->steps_taken());
+  if (o_.final_checkpoint && last_ckpt_ != final_path) {
+    if (trainer_->save_checkpoint(final_path)) last_ckpt_ = final_path;
+    group_->barrier();
+    if (trainer_->configuration().active_replicas() == 0 && root())
+      fmt::print("no replica is active at the end: no final checkpoint\n");
+  }
+  const GroupBarrierOnExit last{*group_};
+  if (!root()) return;
+  const double wall = now();
+  if (!last_ckpt_.empty()) rec_->set_attr("final_checkpoint", std::filesystem::absolute(last_ckpt_).string());
+  rec_->write_summary(wall, group_->size(), peak_.gflops);
+  rec_->set_summary("recorder_seconds", recorder_seconds_);
+  double tokens = 0, committed = 0, step_s = 0;
+  for (const auto& row : rec_->rows())
+    tokens += row.tokens, committed += row.tokens_committed, step_s += row.t_end - row.t_start;
+  fmt::print("done: {} steps, {:.0f} tokens ({:.0f} committed) in {:.2f} s | throughput {:.0f} tok/s | goodput "
+             "{:.0f} tok/s | final loss {:.4f}\nwrote {}{}\n",
+             o_.steps, tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall,
+             rec_->rows().empty() ? 0.0 : rec_->rows().back().loss, o_.out,
+             last_ckpt_.empty() ? "" : " and checkpoint " + last_ckpt_);
+  std::fflush(stdout);
+}
+
+void TrainingRun::abandon(const NoProgress& e) {
+  const GroupBarrierOnExit last{*group_};
+  if (!root()) return;
+  if (!rec_) take_over_recorder({});
+  rec_->write_summary(now(), static_cast<int>(alive_.size()), peak_.gflops);
+  rec_->set_summary("recorder_seconds", recorder_seconds_);
+  std::fprintf(stderr, "ntpbench: error: %s; the results file holds every step so far: %s\n", e.what(), o_.out.c_str());
+}
+
+}  // namespace ntp

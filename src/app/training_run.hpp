@@ -1,0 +1,139 @@
+#pragma once
+// One run of the training loop on one rank (app/run_training.cpp drives it): the steps, the
+// schedule's kills and revivals, the per-step report and the recorder. training_run.cpp holds the
+// loop; real_failures.cpp what --kill-mode signal adds (repair after a death, spawning
+// replacements, the recorder moving).
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "machine.hpp"
+#include "recorder.hpp"
+#include "schedule.hpp"
+#include "trainer.hpp"
+
+namespace ntp {
+
+// The peak MFU is measured against, and where it came from.
+struct Peak {
+  double gflops = 0;
+  std::string source;
+};
+
+// The peak MFU is measured against (collective over `world` when it is measured).
+Peak find_peak(const Options& o, Comm& world, int threads);
+
+// What a replacement process is told when it joins (run_joined).
+struct JoinMessage {
+  Options options;
+  int step = 0;
+  double elapsed = 0;              // the survivors' clock
+  std::vector<int> ranks;          // logical ranks taken by the new processes, in spawn order
+  JoinState state;                 // logical_rank filled by each joiner
+  std::string last_checkpoint;
+  int recorder = 0;                // logical rank holding the results file
+};
+
+// Real failures left no replica able to train and no revival is scheduled: the run cannot go on.
+struct NoProgress : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One run of the training loop on this rank. The recorder's rank (logical rank 0 until it dies,
+// then the lowest live one) owns the results file and prints.
+class TrainingRun {
+ public:
+  TrainingRun(Options o, Comm& world, Schedule schedule)
+      : o_(std::move(o)), group_(&world), me_(world.rank()), schedule_(std::move(schedule)),
+        threads_(configure_threads(o_.threads)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)),
+        alive_(world.size(), 1), phase_rows_(world.size()) {
+    if (!o_.init_from.empty()) trainer_->load_checkpoint(o_.init_from, o_.init_weights_only);
+    o_.opt.total_steps = trainer_->steps_taken() + o_.steps;
+    peak_ = find_peak(o_, world, threads_);
+    for (int r = 0; r < world.size(); ++r) members_.push_back(r);
+    arm();
+  }
+  // A replacement process: the survivors' state from `m`, over `group` (which includes it).
+  TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
+      : o_(m.options), group_(group.get()), owned_group_(std::move(group)), me_(logical_rank),
+        schedule_(std::move(schedule)), threads_(configure_threads(o_.threads)), alive_(m.state.alive),
+        phase_rows_(m.state.alive.size()), recorder_(m.recorder), last_ckpt_(m.last_checkpoint) {
+    JoinState js = m.state;
+    js.logical_rank = me_;
+    trainer_ = std::make_unique<Trainer>(o_, *group_, o_.micro_batch, js);
+    t0_ = std::chrono::steady_clock::now() - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                   std::chrono::duration<double>(m.elapsed));
+    arm();
+  }
+
+  void open_results();
+  void print_banner() const;
+  void start_clock();
+  // Applies step s's kills and revivals; returns the recovery's seconds (0 when nothing happens).
+  double apply_events(int s);
+  // The step, redone after a failure until it commits (signal mode); returns when it has.
+  void run_step(int s, double recovery_seconds);
+  void finish();
+  // After NoProgress: the root closes the file with what it holds (a /summary over the rows).
+  void abandon(const NoProgress& e);
+  // A replacement process's part of the revival at step s (the survivors are in revive()).
+  double join(int s, const std::vector<int>& ranks);
+
+ private:
+  // The rank that holds the results file: logical rank 0 at the start; when it dies, the lowest
+  // live logical rank takes over, and keeps it (a revived rank 0 does not take it back).
+  bool root() const { return me_ == recorder_; }
+  int root_index() const {
+    return static_cast<int>(std::find(members_.begin(), members_.end(), recorder_) - members_.begin());
+  }
+  bool signal() const { return o_.kill_mode == "signal"; }
+  double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  void arm();
+  StepResult attempt(double& idle_seconds);
+  void report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds);
+  double recover(int s, const PeerFailure& e, double t_attempt);
+  double revive(int s, const std::vector<int>& ranks);
+  double reconfigure(int s, const StepEvents& ev);
+  void adopt(std::unique_ptr<Comm> group);
+  void record_processes(const std::vector<int>& only);
+  void take_over_recorder(const std::vector<int>& lost);
+  void maybe_checkpoint(int s, bool trained);
+  void record_recovery(int s, const StepEvents& ev, const Recovery& rc, double t_event, const double worst[3],
+                       double bytes, int steps_before, const std::vector<std::string>* kill_details = nullptr,
+                       double t_kill = -1);
+  void record_step(int s, const StepResult& r, double t_start, double t_end, double recovery_seconds,
+                   double idle_seconds);
+
+  Options o_;
+  Comm* group_;                       // the live ranks, in logical order
+  std::unique_ptr<Comm> owned_group_;  // once the launcher's world has been shrunk or grown
+  int me_;                            // logical rank
+  std::vector<int> members_;          // logical rank of each group member
+  const Schedule schedule_;
+  const int threads_;
+  std::unique_ptr<Trainer> trainer_;
+  Peak peak_;
+  std::unique_ptr<Recorder> rec_;  // root only
+  std::vector<char> alive_;
+  std::vector<std::array<double, kPhaseCount>> phase_rows_;
+  int recorder_ = 0;  // logical rank holding the results file
+  std::optional<KillAt> doom_;
+  StepResult last_;        // this rank's latest step result
+  bool restored_ = false;  // the last repair fell back to a checkpoint  // signal mode: this rank's scheduled death in the current step
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  std::vector<double> healthy_step_seconds_;
+  std::string last_ckpt_;
+  double last_step_seconds_ = 0;
+  double recorder_seconds_ = 0;  // rank 0's time appending and flushing rows
+};
+// A string from the group's rank 0 to every member.
+std::string broadcast_string(Comm& c, std::string s);
+nlohmann::json to_json(const JoinMessage& m);
+JoinMessage join_message_from_json(const nlohmann::json& j);
+
+}  // namespace ntp
