@@ -111,6 +111,11 @@ void add_failure_and_timing_flags(CLI::App& app, Options& o) {
                  "ulfm) or fence (the rank leaves the communicators and idles; any MPI). Default: signal where "
                  "the job runs with ULFM, else fence")
       ->check(CLI::IsMember({"signal", "fence"}));
+  app.add_option("--on-nonfinite", o.on_nonfinite,
+                 "A non-finite loss or gradient norm, caught before the update touches any parameter: stop (record "
+                 "the step as not committed, end the run with exit code 4) or skip (no update, the batch is "
+                 "consumed; skipped steps are counted in /summary)")
+      ->check(CLI::IsMember({"stop", "skip"}));
   app.add_option("--timing", o.timing,
                  "wall: real time; paced: each rank emulates a device of --device-gflops and links of --tp-gbps/"
                  "--dp-gbps (for more ranks than cores)")

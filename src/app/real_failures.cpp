@@ -202,10 +202,9 @@ int run_joined(Comm& parent) {
     }
   } catch (const NoProgress& e) {
     run.abandon(e);
-    return 3;
+    return e.exit_code;
   }
-  run.finish();
-  return 0;
+  return run.finish();
 }
 
 }  // namespace ntp

@@ -108,10 +108,9 @@ int run_training(Options o, Comm& world) {
     }
   } catch (const NoProgress& e) {
     run.abandon(e);
-    return 3;
+    return e.exit_code;
   }
-  run.finish();
-  return 0;
+  return run.finish();
 }
 
 

@@ -226,6 +226,16 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
       const StepResult r = attempt(idle_seconds);
       last_ = r;
       report(s, r, t_start, recovery_seconds, idle_seconds);
+      if (r.nonfinite) {
+        // Every rank knows (the trainer reduced the flag): the same decision everywhere.
+        if (o_.on_nonfinite == "stop")
+          throw NoProgress(fmt::format("step {}: the loss or the gradient norm is not finite; no parameter was "
+                                       "updated (--on-nonfinite skip would skip such steps)",
+                                       s),
+                           4);
+        ++skipped_steps_;
+        return;
+      }
       maybe_checkpoint(s, r.samples > 0);
       return;
     } catch (const PeerFailure& e) {
@@ -300,7 +310,8 @@ void TrainingRun::record_step(int s, const StepResult& r, double t_start, double
   const double peak = peak_.gflops;
   const double mfu = secs > 0 && peak > 0 ? flops / (secs * group_->size() * peak * 1e9) : std::nan("");
   const double nan = std::nan("");
-  StepRow row{s, trainer_->steps_taken(), t_start, t_end, r.sample_begin, r.samples, tokens, tokens,
+  // A non-finite step updated nothing: its tokens are processed, not committed.
+  StepRow row{s, trainer_->steps_taken(), t_start, t_end, r.sample_begin, r.samples, tokens, r.nonfinite ? 0 : tokens,
               r.samples ? agg.loss : nan, r.samples ? agg.grad_norm : nan, r.lr, flops, mfu, cfg.live_ranks(),
               cfg.active_replicas(), recovery_seconds, idle_seconds, static_cast<std::int8_t>(overrun)};
   ReplicaRow rr;
@@ -310,6 +321,10 @@ void TrainingRun::record_step(int s, const StepResult& r, double t_start, double
     rr.state.push_back(static_cast<signed char>(rp.state));
   }
   const auto tr = std::chrono::steady_clock::now();
+  if (r.nonfinite)
+    rec_->event(make_event(t_end, s, "nonfinite", -1, -1, 0, 0,
+                           fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
+                                       o_.on_nonfinite == "skip" ? "skipped" : "the run stops")));
   rec_->append(row, rr, phase_rows_);
   recorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
   if (r.samples > 0) {
@@ -344,7 +359,9 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
 }
 
 // The final checkpoint (for --replay and resuming), /summary, and the closing line.
-void TrainingRun::finish() {
+int TrainingRun::finish() {
+  // Every rank knows whether the last step was non-finite (the trainer reduced the flag).
+  const int code = last_.nonfinite ? 4 : 0;
   const std::string final_path = checkpoint_path(o_, trainer_->steps_taken());
   if (o_.final_checkpoint && last_ckpt_ != final_path) {
     if (trainer_->save_checkpoint(final_path)) last_ckpt_ = final_path;
@@ -353,11 +370,12 @@ void TrainingRun::finish() {
       fmt::print("no replica is active at the end: no final checkpoint\n");
   }
   const GroupBarrierOnExit last{*group_};
-  if (!root()) return;
+  if (!root()) return code;
   const double wall = now();
   if (!last_ckpt_.empty()) rec_->set_attr("final_checkpoint", std::filesystem::absolute(last_ckpt_).string());
-  rec_->write_summary(wall, group_->size(), peak_.gflops);
+  rec_->write_summary(wall, static_cast<int>(alive_.size()), peak_.gflops);
   rec_->set_summary("recorder_seconds", recorder_seconds_);
+  rec_->set_summary("skipped_steps", static_cast<double>(skipped_steps_));
   double tokens = 0, committed = 0, step_s = 0;
   for (const auto& row : rec_->rows())
     tokens += row.tokens, committed += row.tokens_committed, step_s += row.t_end - row.t_start;
@@ -366,7 +384,11 @@ void TrainingRun::finish() {
              o_.steps, tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall,
              rec_->rows().empty() ? 0.0 : rec_->rows().back().loss, o_.out,
              last_ckpt_.empty() ? "" : " and checkpoint " + last_ckpt_);
+  if (code != 0)
+    std::fprintf(stderr, "ntpbench: error: the last step's loss is not finite (%d step(s) skipped by --on-nonfinite "
+                 "skip); the training diverged\n", skipped_steps_);
   std::fflush(stdout);
+  return code;
 }
 
 void TrainingRun::abandon(const NoProgress& e) {

@@ -40,8 +40,10 @@ struct JoinMessage {
 };
 
 // Real failures left no replica able to train and no revival is scheduled: the run cannot go on.
+// Also thrown, with exit code 4, for a non-finite loss or gradient norm under --on-nonfinite stop.
 struct NoProgress : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit NoProgress(const std::string& what, int code = 3) : std::runtime_error(what), exit_code(code) {}
+  int exit_code;
 };
 
 // One run of the training loop on this rank. The recorder's rank (logical rank 0 until it dies,
@@ -78,7 +80,8 @@ class TrainingRun {
   double apply_events(int s);
   // The step, redone after a failure until it commits (signal mode); returns when it has.
   void run_step(int s, double recovery_seconds);
-  void finish();
+  // Returns the exit code: 0, or 4 when the last step's loss was not finite (--on-nonfinite skip).
+  int finish();
   // After NoProgress: the root closes the file with what it holds (a /summary over the rows).
   void abandon(const NoProgress& e);
   // A replacement process's part of the revival at step s (the survivors are in revive()).
@@ -130,6 +133,7 @@ class TrainingRun {
   std::string last_ckpt_;
   double last_step_seconds_ = 0;
   double recorder_seconds_ = 0;  // rank 0's time appending and flushing rows
+  int skipped_steps_ = 0;        // --on-nonfinite skip
 };
 // A string from the group's rank 0 to every member.
 std::string broadcast_string(Comm& c, std::string s);

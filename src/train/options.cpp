@@ -36,6 +36,7 @@ nlohmann::json to_json(const Options& o) {
       {"allow_gpu_sharing", o.allow_gpu_sharing},
       {"policy", o.policy},
       {"kill_mode", o.kill_mode},
+      {"on_nonfinite", o.on_nonfinite},
       {"timing", o.timing},
       {"pacing",
        {{"device_gflops", o.pacing.device_gflops}, {"tp_gbps", o.pacing.tp_gbps}, {"dp_gbps", o.pacing.dp_gbps},
@@ -79,6 +80,7 @@ Options options_from_json(const nlohmann::json& j) {
   o.allow_gpu_sharing = j.value("allow_gpu_sharing", false);
   o.policy = j.value("policy", "ntp");
   o.kill_mode = j.value("kill_mode", "fence");  // files from before real kills: fence
+  o.on_nonfinite = j.value("on_nonfinite", "stop");
   o.timing = j.value("timing", "wall");
   if (j.contains("pacing")) {
     const auto& q = j.at("pacing");

@@ -40,6 +40,8 @@ struct Options {
   // signal: a killed rank's process dies (SIGKILL) and the survivors repair with ULFM; fence: it
   // leaves the communicators and idles. "" until start-up picks: signal where ULFM is on.
   std::string kill_mode;
+  // A non-finite loss or gradient norm: stop (the run ends, exit 4) or skip the update.
+  std::string on_nonfinite = "stop";
   std::string timing = "wall";   // wall or paced
   PacingConfig pacing;
   bool check = false;            // validate configuration and schedule, then exit

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <stdexcept>
@@ -124,11 +125,26 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   } else {
     for (StepPoint p : {StepPoint::Forward, StepPoint::Backward, StepPoint::Sync, StepPoint::Optimizer}) at(p);
   }
+  // A non-finite loss or gradient norm (both global, so every trainer sees the same) stops the
+  // update everywhere: every rank learns it before any parameter changes.
+  if (r.samples > 0) {
+    PhaseScope s(clock_, Phase::DpComm);
+    double bad = trains && !(std::isfinite(r.loss) && std::isfinite(r.grad_norm)) ? 1 : 0;
+    group_->allreduce_max(&bad, 1);
+    r.nonfinite = bad > 0;
+  }
   // The commit point: every live rank agrees before any parameter changes, so a step interrupted
   // by a failure commits everywhere or nowhere (and consumes no samples when it does not).
   if (agree_commit_) {
     PhaseScope s(clock_, Phase::DpComm);
     if (!group_->agree(true)) throw CommitRefused("the step did not commit: a rank failed during it");
+  }
+  if (r.nonfinite) {
+    // --on-nonfinite skip: the batch is consumed without an update; stop: nothing advances (the
+    // driver ends the run).
+    if (o_.on_nonfinite == "skip") cursor_ += r.samples;
+    r.phase_seconds = clock_.take();
+    return r;
   }
   if (trains) {
     PhaseScope s(clock_, Phase::Optimizer);
