@@ -1,5 +1,6 @@
 #include "checkpoint.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
@@ -21,9 +22,20 @@ void check_model(hid_t f, const std::string& path, const ModelConfig& m) {
     if (!h5::has_attr(f, "/", name)) continue;  // foreign checkpoints: the tensor shapes still get checked
     const long long got = h5::get_attr_int(f, "/", name);
     if (got != want)
-      throw std::runtime_error(fmt::format("checkpoint {}: {} = {}, but this run has {} = {}", path, name, got, name,
-                                           want));
+      throw CheckpointError(
+          fmt::format("checkpoint {}: {} = {}, but this run has {} = {}", path, name, got, name, want));
   }
+}
+
+// A tensor holding NaN or Inf would train into NaN from its first step: refused at load, naming it.
+void check_finite(const std::vector<float>& v, const std::string& path, const std::string& name) {
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]) && bad++ == 0) first = i;
+  if (bad == 0) return;
+  throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' holds {} non-finite value(s) (the first, {}, at "
+                                    "flat index {} of {}); refusing to load it",
+                                    path, name, bad, v[first], first, v.size()));
 }
 
 // Canonical full tensor -> this rank's units.
@@ -131,7 +143,9 @@ CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* 
       targets.push_back({"optimizer/v/" + s.name, opt->v() + slot.offset});
     }
     for (auto& tg : targets) {
-      const auto canonical = from_hf(m, s, h5::read_floats(f, tg.name, s.hf_shape));
+      const auto stored = h5::read_floats(f, tg.name, s.hf_shape);
+      check_finite(stored, path, tg.name);
+      const auto canonical = from_hf(m, s, stored);
       scatter_units(host.data(), canonical, s, slot);
       model.backend().from_host(tg.dst, host.data(), host.size());
     }

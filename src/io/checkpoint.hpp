@@ -5,6 +5,7 @@
 //   root attributes: step, samples_consumed, vocab, context, layers, heads, hidden, format
 // Written at any TP layout, loadable at any other (and by other tools).
 #include <array>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,12 @@
 #include "optimizer.hpp"
 
 namespace ntp {
+
+// A checkpoint this run cannot start from: model dimensions that differ from the run's, or a
+// tensor holding NaN or Inf. Every rank reads the whole file and reaches the same verdict.
+struct CheckpointError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct CheckpointMeta {
   int step = 0;                      // optimizer steps taken
@@ -32,7 +39,8 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
                      const ModelConfig& m, GptModel* model, AdamW* opt, const CheckpointMeta& meta);
 
 // Every rank reads its own shards. Loads the AdamW moments and step too when `opt` is given and
-// the file has them. Checks the model dimensions and every tensor's shape.
+// the file has them. Checks the model dimensions and every tensor's shape, and refuses a tensor
+// holding NaN or Inf (the error names the file and the tensor).
 CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* opt);
 
 // The full canonical (TP 1 storage order) value of every parameter tensor, for comparisons;

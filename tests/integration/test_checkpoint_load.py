@@ -1,0 +1,51 @@
+"""Checkpoints are checked at load: a tensor holding NaN or Inf is refused, naming the file and the
+tensor, and the run exits non-zero instead of training from it."""
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ENV, NTPBENCH, ntpbench
+
+TINY = ["--preset", "tiny", "--micro-batch", 2, "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ckpt")
+    out = d / "run.h5"
+    ntpbench(2, *TINY, "--tp", 2, "--steps", 2, "--out", out)
+    with h5py.File(out, "r") as f:
+        return f.attrs["final_checkpoint"]
+
+
+def poke(src, dst, tensor, value):
+    """A copy of checkpoint `src` with one element of `tensor` set to `value`."""
+    dst.write_bytes(open(src, "rb").read())
+    with h5py.File(dst, "r+") as f:
+        ds = f[tensor]
+        flat = ds[()].reshape(-1)
+        flat[7] = value
+        ds[...] = flat.reshape(ds.shape)
+    return dst
+
+
+@pytest.mark.parametrize("tensor, value", [("h.0.attn.c_attn.weight", np.nan), ("optimizer/v/ln_f.bias", np.inf),
+                                           ("wte", -np.inf)])
+def test_non_finite_checkpoint_is_refused(tmp_path, checkpoint, tensor, value):
+    bad = poke(checkpoint, tmp_path / "bad.h5", tensor, value)
+    out = tmp_path / "resumed.h5"
+    # One process without a launcher: the exit status is the binary's own.
+    p = subprocess.run([str(NTPBENCH), *map(str, TINY), "--steps", "4", "--init-from", str(bad), "--out", str(out)],
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0, p.stdout
+    assert f"checkpoint {bad}: tensor '{tensor}' holds 1 non-finite value(s)" in p.stderr, p.stderr
+    assert "done:" not in p.stdout
+
+
+def test_finite_checkpoint_still_loads(tmp_path, checkpoint):
+    out = tmp_path / "resumed.h5"
+    ntpbench(2, *TINY, "--tp", 2, "--steps", 4, "--init-from", checkpoint, "--out", out)
+    with h5py.File(out, "r") as f:
+        assert np.isfinite(f["steps"]["loss"]).all()
