@@ -1,4 +1,4 @@
-"""Command line: python3 -m analysis {report,plot,simulate} ..."""
+"""Command line: python3 -m analysis {report,plot,simulate,watch} ..."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python3 -m analysis",
         description="Reports, plots and the cluster-scale goodput simulator for ntpbench results "
                     "(HDF5 schema 1, see results/README.md).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch}")
 
     r = sub.add_parser("report", help="table of runs; checks /summary against the raw rows",
                        description="Print one row per run: policy, TP x DP, failures, throughput, goodput, "
@@ -31,6 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
                                     "policy, total time per phase). Prints the paths written.")
     pl.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
     pl.add_argument("--out", required=True, metavar="DIR", help="directory for the PNGs (created if missing)")
+
+    w = sub.add_parser("watch", help="live view of a run while it is written",
+                       description="Follow a results file while ntpbench writes it: steps done out of the "
+                                   "total, ETA, the TP degree of each replica, the last loss and the goodput so "
+                                   "far, refreshed every --interval seconds (redrawn in place on a terminal, a "
+                                   "plain line per change otherwise). Exits 0 when the run writes /summary, 1 "
+                                   "after --timeout seconds without it.")
+    w.add_argument("run", metavar="RUN.h5", help="the --out file of a running (or finished) ntpbench job")
+    w.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between looks (default 1)")
+    w.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="give up after S seconds without /summary (default: wait until the run ends)")
 
     s = sub.add_parser("simulate", help="cluster-scale goodput simulator (the NTP paper's Fig. 6/7)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -95,6 +106,9 @@ def main(argv=None) -> int:
     if args.command == "report":
         from . import report
         return report.main(args)
+    if args.command == "watch":
+        from . import watch
+        return watch.main(args)
     if args.command == "plot":
         from . import plots
         return plots.main(args)

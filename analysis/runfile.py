@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,12 +134,35 @@ def empty_events() -> pd.DataFrame:
     return pd.DataFrame({k: pd.Series(dtype=t) for k, t in EVENT_DTYPES.items()})
 
 
+# A running job's file can be read while it is written (ntpbench's writer takes no file lock,
+# results/README.md); a read that lands in the middle of a write fails, and is tried once more.
+RETRY_DELAY_S = 0.3
+
+
 def load_run(path: str | os.PathLike) -> Run:
     path = os.fspath(path)
+    for attempt in (1, 2):
+        try:
+            return _load_once(path)
+        except SchemaError:
+            raise
+        except (OSError, KeyError, ValueError, RuntimeError) as e:
+            if attempt == 2 or not os.path.exists(path):
+                what = "open" if isinstance(e, _OpenError) else "read"
+                raise SchemaError(f"{path}: cannot {what} as HDF5 ({e.__cause__ or e})") from e
+            time.sleep(RETRY_DELAY_S)
+    raise AssertionError("not reached")
+
+
+class _OpenError(OSError):
+    pass
+
+
+def _load_once(path: str) -> Run:
     try:
         f = h5py.File(path, "r")
     except OSError as e:
-        raise SchemaError(f"{path}: cannot open as HDF5 ({e})") from e
+        raise _OpenError(str(e)) from e
     with f:
         attrs = {k: _plain(v) for k, v in f.attrs.items()}
         version = attrs.get("schema_version")

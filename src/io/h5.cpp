@@ -36,12 +36,19 @@ void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 File::File(const std::string& path, Mode mode) : path_(path) {
   silence_errors();
+  // A writer takes no HDF5 file lock. With it, the writer's exclusive lock refuses every reader
+  // (h5py, `python -m analysis`) until the run ends; without it, readers' shared locks succeed
+  // and they can read a running job's file (results/README.md, "Reading a run while it runs").
+  // Readers keep HDF5's default locking.
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "file access properties");
+  if (mode != Mode::ReadOnly)
+    checked(H5Pset_file_locking(fapl, false, true), "disable file locking for " + path, 0);
   hid_t id = H5I_INVALID_HID;
   switch (mode) {
-    case Mode::ReadOnly: id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT); break;
-    case Mode::ReadWrite: id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT); break;
-    case Mode::Create: id = H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT); break;
-    case Mode::Truncate: id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT); break;
+    case Mode::ReadOnly: id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); break;
+    case Mode::ReadWrite: id = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl); break;
+    case Mode::Create: id = H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl); break;
+    case Mode::Truncate: id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl); break;
   }
   if (id < 0) {
     struct stat st;

@@ -29,6 +29,8 @@ class Handle {
 
 enum class Mode { ReadOnly, ReadWrite, Create /* fails if the file exists */, Truncate };
 
+// Files opened for writing take no HDF5 file lock, so that readers can open them while they are
+// written; read-only opens keep HDF5's default (a shared lock).
 class File {
  public:
   File(const std::string& path, Mode mode);
