@@ -194,17 +194,8 @@ int run_joined(Comm& parent) {
   Schedule schedule;
   if (!m.options.schedule.empty()) schedule = Schedule::load(m.options.schedule, int(m.state.alive.size()), m.options.steps);
   TrainingRun run(m, me, std::move(group), std::move(schedule));
-  try {
-    double recovery_seconds = run.join(m.step, m.ranks);
-    for (int s = m.step; s <= m.options.steps; ++s) {
-      if (s > m.step) recovery_seconds = run.apply_events(s);
-      run.run_step(s, recovery_seconds);
-    }
-  } catch (const NoProgress& e) {
-    run.abandon(e);
-    return e.exit_code;
-  }
-  return run.finish();
+  const double recovery_seconds = run.join(m.step, m.ranks);
+  return run.train(m.step, recovery_seconds);
 }
 
 }  // namespace ntp

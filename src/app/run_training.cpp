@@ -101,16 +101,7 @@ int run_training(Options o, Comm& world) {
   run.open_results();
   run.print_banner();
   run.start_clock();
-  try {
-    for (int s = 1; s <= o.steps; ++s) {
-      const double recovery_seconds = run.apply_events(s);
-      run.run_step(s, recovery_seconds);
-    }
-  } catch (const NoProgress& e) {
-    run.abandon(e);
-    return e.exit_code;
-  }
-  return run.finish();
+  return run.train(1);
 }
 
 

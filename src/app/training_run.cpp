@@ -78,10 +78,9 @@ Peak find_peak(const Options& o, Comm& world, int threads) {
     if (root) fmt::print("note: --backend {} without --peak-gflops: MFU is not reported\n", o.backend);
     return {0, "unknown: pass --peak-gflops (the device's peak) for MFU"};
   }
-  world.barrier();  // measure with every rank busy at once, as in the steps
-  double peak = measure_sgemm_gflops();
-  world.allreduce_max(&peak, 1);
-  return {peak, fmt::format("cblas_sgemm 1024^3 measured at start-up, {} thread(s) per rank, fastest rank", threads)};
+  // The machine's SGEMM peak (machine.hpp): probed now, and never below the best earlier probe.
+  const MachinePeak peak = machine_sgemm_peak(world, threads);
+  return {peak.gflops, peak.source};
 }
 
 // Signal mode: the trainer agrees before every update and strikes this rank's scheduled death.
@@ -359,6 +358,19 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
 }
 
 // The final checkpoint (for --replay and resuming), /summary, and the closing line.
+int TrainingRun::train(int first, double recovery_before_first) {
+  try {
+    for (int s = first; s <= o_.steps; ++s) {
+      const bool done = s == first && recovery_before_first >= 0;
+      run_step(s, done ? recovery_before_first : apply_events(s));
+    }
+  } catch (const NoProgress& e) {
+    abandon(e);
+    return e.exit_code;
+  }
+  return finish();
+}
+
 int TrainingRun::finish() {
   // Every rank knows whether the last step was non-finite (the trainer reduced the flag).
   const int code = last_.nonfinite ? 4 : 0;

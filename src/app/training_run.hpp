@@ -80,7 +80,11 @@ class TrainingRun {
   double apply_events(int s);
   // The step, redone after a failure until it commits (signal mode); returns when it has.
   void run_step(int s, double recovery_seconds);
-  // Returns the exit code: 0, or 4 when the last step's loss was not finite (--on-nonfinite skip).
+  // Steps first..--steps (each: the schedule's events, then the step; before `first`, the events
+  // were applied already when `recovery_before_first` is given), then the end of the run. Returns
+  // the exit code: 0; 3 when failures leave no way forward; 4 for a non-finite loss or gradient
+  // norm (a stop, or a last step that --on-nonfinite skip could not save).
+  int train(int first, double recovery_before_first = -1);
   int finish();
   // After NoProgress: the root closes the file with what it holds (a /summary over the rows).
   void abandon(const NoProgress& e);
