@@ -47,8 +47,8 @@ void check(int rc, const char* what) {
   throw std::runtime_error(std::string("MPI error in ") + what + ": " + std::string(msg, len));
 }
 
-// Intercommunicators to spawned processes (or, in one, to its parents): they stay connected for
-// the whole run and are disconnected just before MPI_Finalize (disconnect_spawned()).
+// Intercommunicators to spawned processes (or, in one, to its parents): they stay open for the
+// whole run (a process holding one ends without MPI_Finalize: finish_mpi).
 std::vector<MPI_Comm>& spawn_links() {
   static std::vector<MPI_Comm> links;
   return links;
@@ -262,39 +262,19 @@ std::unique_ptr<Comm> join_parent() {
 }
 
 namespace {
-void disconnect_spawned() {
-  for (MPI_Comm& c : spawn_links()) {
-    // Disconnecting waits for the far side, which a dead process never answers: a link with a
-    // failed member is only freed.
-    bool failed = false;
-#ifdef NTPBENCH_HAVE_ULFM
-    MPI_Group dead = MPI_GROUP_NULL;
-    int n = 0;
-    if (MPIX_Comm_get_failed(c, &dead) == MPI_SUCCESS) {
-      MPI_Group_size(dead, &n);
-      MPI_Group_free(&dead);
-    }
-    failed = n > 0;
-#endif
-    if (failed)
-      MPI_Comm_free(&c);
-    else
-      MPI_Comm_disconnect(&c);
-  }
-  spawn_links().clear();
-}
 }  // namespace
 
 int finish_mpi(int code) {
-  disconnect_spawned();
   if (!repaired()) {
     MPI_Finalize();
     return code;
   }
   // Open MPI 5.0.11 can hang for ever in MPI_Finalize (its closing fence) once processes of the
   // job have died and others were spawned: seen in 1 run in 5 here, in several variants of
-  // waiting for the spawned processes first. A process that took part in a repair therefore ends
-  // here, after the caller's last barrier; the launcher accepts that with
+  // waiting for the spawned processes first; and MPI_Comm_disconnect from a spawned process that
+  // has died waits for it for ever. A process that took part in a repair (every process that
+  // holds a link to a spawned one does) therefore ends here, after the caller's last barrier,
+  // without either; the launcher accepts that with
   // prte_allowed_exit_without_sync (set by the Makefile, the tests and the Slurm script; see
   // README, "Real failures").
   std::fflush(nullptr);

@@ -91,10 +91,10 @@ def test_two_ranks_in_different_replicas_in_one_step(tmp_path):
     replay(out)
 
 
-@pytest.mark.skipif(os.environ.get("NTPBENCH_RUN_KNOWN_HANGS") != "1",
-                    reason="killing a spawned replacement in turn: the run never finished in 2 of 2 pytest runs "
-                           "on the loaded 2-core machine (0 of 14 by hand); not yet understood (notes on #13). "
-                           "NTPBENCH_RUN_KNOWN_HANGS=1 runs it")
+@pytest.mark.skipif(os.environ.get("NTPBENCH_RUN_KNOWN_FAILURES") != "1",
+                    reason="killing a spawned replacement in turn: ntpbench finishes the run and it replays, but "
+                           "Open MPI 5.0.11's launcher then exits 137 (it reports the killed child job's status, "
+                           "--with-ft notwithstanding); NTPBENCH_RUN_KNOWN_FAILURES=1 runs it")
 def test_the_replacement_itself_killed(tmp_path):
     # Rank 2's replacement dies too (at sync) and a third process takes rank 2. Open MPI 5.0.11's
     # runtime sometimes takes one more process down with a dying replacement: the run must still
