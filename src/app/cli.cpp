@@ -137,7 +137,9 @@ void add_failure_and_timing_flags(CLI::App& app, Options& o) {
 void add_hardware_flags(CLI::App& app, Options& o) {
   app.add_option("--threads", o.threads, "BLAS/OpenMP threads per rank (0: cores per node / ranks per node)")
       ->check(CLI::NonNegativeNumber);
-  add_real(app, "--peak-gflops", o.peak_gflops, "Peak GFLOP/s of one rank for MFU (0: measure sgemm at start)")
+  add_real(app, "--peak-gflops", o.peak_gflops,
+           "Peak GFLOP/s of one rank for MFU (0: the machine's SGEMM peak at the rank's threads, probed at start "
+           "and never below the best earlier probe, cached in ~/.cache/ntpbench; see results/README.md)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--backend", o.backend, "Where kernels run: cpu (OpenBLAS + OpenMP) or cuda (cuBLAS, one GPU per rank)")
       ->check(CLI::IsMember({"cpu", "cuda"}));

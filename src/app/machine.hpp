@@ -10,17 +10,24 @@ class Comm;
 // Sets BLAS and OpenMP threads for this rank (0 = cores on the node / ranks on the node). Returns the count.
 int configure_threads(int requested);
 
-// This rank's SGEMM rate (GFLOP/s) at its current thread count: the best single call over the
-// probe's shapes (square 1024 and 2048, and 4096 x 2304 x 768 as in a transformer layer), each
-// timed for at least `seconds_per_shape` after a warm-up call. A slowed call (a core busy with
-// something else) only lowers its own sample, so the best call is the achievable rate.
-double measure_sgemm_gflops(double seconds_per_shape = 0.1);
+// One rank's SGEMM probe at `threads` threads (GFLOP/s). per_core: the best call of a
+// cache-resident 512^3 GEMM on one thread (a call lasts ~3 ms, so many run whole inside one time
+// slice even while other processes share the cores: the best is the core's rate, not what this
+// moment left of it). threads_best: the best call at `threads` threads over 1024^3, 2048^3 and
+// 4096 x 2304 x 768 (a transformer layer's shape). gflops = max(threads x per_core, threads_best):
+// an achievable rate of the rank's cores, not a datasheet peak. `seconds` bounds each part.
+struct SgemmProbe {
+  double per_core = 0, threads_best = 0, gflops = 0;
+};
+SgemmProbe probe_sgemm(int threads, double seconds);
+// probe_sgemm at the BLAS's current thread count: this rank alone, now.
+double measure_sgemm_gflops();
 
 // The machine's SGEMM peak per rank, for MFU. Collective over `world` (all ranks at start-up).
-// Each node probes (every rank at once, or its first rank alone when the node's ranks x threads
-// exceed its cores), takes the max over its ranks and over the best earlier probe of this machine
-// from the cache (keyed by CPU model, logical CPUs, threads, OpenBLAS core and OPENBLAS_CORETYPE /
-// OPENBLAS_L2_SIZE), and raises the cache when it measured more; the peak is the max over nodes.
+// Every rank probes at once; each node takes the max over its ranks and over the best earlier
+// probe of this machine from the cache (keyed by CPU model, logical CPUs, threads, OpenBLAS core,
+// OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE), and raises the cache when it measured more. The peak is
+// the max over nodes: the same on every rank.
 struct MachinePeak {
   double gflops = 0;    // the peak: max(measured, cached) over nodes
   double measured = 0;  // this run's probe (max over ranks and nodes)

@@ -8,6 +8,7 @@ import time
 
 import h5py
 import numpy as np
+import pytest
 
 from conftest import ENV, MPIRUN, NTPBENCH, ntpbench, schedule
 
@@ -115,3 +116,25 @@ def test_killed_job_leaves_every_completed_step(tmp_path):
         assert np.isfinite(rows["loss"]).all()
         assert f["ranks/phase_times"].shape[0] >= printed
         assert "summary" not in f  # cut short: no summary, and that is visible
+
+
+def test_mfu_peak_is_the_machines(tmp_path):
+    """The peak is a property of the machine: probed at the rank's threads, kept in a cache per
+    machine and thread count, never below the best earlier probe; no step's MFU exceeds 1."""
+    env = {**ENV, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cache = tmp_path / "cache" / "ntpbench" / "sgemm-peak.tsv"
+    peaks = []
+    for n in (1, 2):
+        out = tmp_path / f"run{n}.h5"
+        p = subprocess.run([str(NTPBENCH), "--preset", "tiny", "--steps", "3", "--quiet", "--no-final-checkpoint",
+                            "--out", str(out)], env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        with h5py.File(out, "r") as f:
+            peaks.append(float(f.attrs["peak_gflops_per_rank"]))
+            threads = int(f.attrs["threads_per_rank"])
+            assert "per-core rate" in f.attrs["peak_gflops_source"] and str(cache) in f.attrs["peak_gflops_source"]
+            assert (f["steps"]["mfu"] <= 1.0).all() and (f["steps"]["mfu"] > 0).all()
+        lines = [l.split("\t") for l in cache.read_text().splitlines()]
+        mine = [float(v) for k, v in lines if f"|threads={threads}|" in k]
+        assert len(mine) == 1 and mine[0] == pytest.approx(max(peaks), rel=1e-4)
+    assert peaks[1] >= peaks[0]  # the second run starts from the first one's probe
