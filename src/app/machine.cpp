@@ -116,7 +116,7 @@ void raise_cache(const std::string& path, const std::string& key, double gflops)
     const std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
     {
       std::ofstream f(tmp);
-      for (const auto& [k, v] : entries) f << k << '\t' << fmt::format("{:.3f}", v) << '\n';
+      for (const auto& [k, v] : entries) f << k << '\t' << fmt::format("{}", v) << '\n';
       if (!f) throw std::runtime_error("write");
     }
     std::filesystem::rename(tmp, path);
