@@ -2,6 +2,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 
@@ -9,7 +10,9 @@
 #ifdef NTPBENCH_HAVE_CUDA
 #include "comm_nccl.hpp"
 #endif
+#include "checkpoint.hpp"
 #include "cli.hpp"
+#include "fault.hpp"
 #include "run.hpp"
 
 namespace {
@@ -50,10 +53,17 @@ int main(int argc, char** argv) {
   } catch (const ntp::UsageError& e) {
     if (rank == 0) std::fprintf(stderr, "ntpbench: error: %s\n", e.what());
     code = 2;
+  } catch (const ntp::CheckpointError& e) {
+    // Every rank reads the whole file and reaches the same verdict; rank 0 speaks.
+    if (rank == 0) std::fprintf(stderr, "ntpbench: error: %s\n", e.what());
+    code = 2;
   } catch (const std::exception& e) {
-    // May be this rank alone: abort the job rather than leave peers waiting in a collective.
+    // May be this rank alone: end the job rather than leave peers waiting in a collective.
     std::fprintf(stderr, "ntpbench: error on rank %d: %s\n", rank, e.what());
     std::fflush(stderr);
+    // Under ULFM, MPI_Abort was seen to exit 0 (one rank) or hang (two): this process leaves,
+    // non-zero, and its peers see it as a failed rank.
+    if (ntp::ulfm_enabled()) ntp::leave_job(1);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return ntp::finish_mpi(code);

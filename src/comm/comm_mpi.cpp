@@ -281,6 +281,14 @@ int finish_mpi(int code) {
   std::_Exit(code);
 }
 
+void leave_job(int code) {
+#ifdef NTPBENCH_HAVE_ULFM
+  MPIX_Comm_revoke(MPI_COMM_WORLD);
+#endif
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 bool ulfm_compiled() {
 #ifdef NTPBENCH_HAVE_ULFM
   return true;

@@ -21,5 +21,9 @@ bool ulfm_compiled();
 bool ulfm_enabled();
 // Why --kill-mode signal is not available here (empty when it is).
 std::string ulfm_unavailable_reason();
+// An error this process cannot recover from, under ULFM: revokes the launcher's world (peers
+// blocked in a call on it, e.g. at start-up, then fail instead of waiting for this process) and
+// ends the process with `code`. Peers that have moved to shrunk groups see it as a failed rank.
+[[noreturn]] void leave_job(int code);
 
 }  // namespace ntp
