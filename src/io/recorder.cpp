@@ -155,8 +155,8 @@ std::vector<T> read_rows(hid_t ds, hid_t mem_type, std::size_t row_elems) {
 std::unique_ptr<Recorder> Recorder::reopen(const std::string& path, int ranks, int replicas) {
   std::unique_ptr<Recorder> r(new Recorder());
   r->path_ = path, r->ranks_ = ranks, r->replicas_ = replicas;
-  // The previous writer was killed: what it flushed after its last row is on disk, and the
-  // kernel released its lock. Rows are appended after the ones read back here.
+  // The previous writer was killed: what it flushed after its last row is on disk (writers take
+  // no file lock: h5.cpp). Rows are appended after the ones read back here.
   r->file_ = std::make_unique<h5::File>(path, h5::Mode::ReadWrite);
   const hid_t f = r->file_->id();
   r->make_types();
