@@ -277,7 +277,10 @@ StepResult TrainingRun::attempt(double& idle_seconds) {
 // The metrics channel: every rank's phases and loss to the root, which records the row.
 void TrainingRun::report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds) {
   Report mine;
+  // The row ends where every rank's phases end (just past the barrier), not after the gather: a
+  // slow gather then falls in the next row on every rank alike, and phases never outgrow the row.
   const auto waited = trainer_->clock().take();
+  const double t_end = now();
   for (int k = 0; k < kPhaseCount; ++k) mine.phases[k] = r.phase_seconds[k] + waited[k];
   mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
   std::vector<double> gathered(root() ? std::size_t(group_->size()) * kReportSize : 0);
@@ -294,7 +297,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   }
   StepResult row = r;
   row.loss = agg.loss, row.grad_norm = agg.grad_norm, row.overruns = overrun ? 1 : 0;
-  record_step(s, row, t_start, now(), recovery_seconds, idle_seconds);
+  record_step(s, row, t_start, t_end, recovery_seconds, idle_seconds);
 }
 
 // Rank 0: the step's row (with every rank's phases from the metrics channel) and its line.

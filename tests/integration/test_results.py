@@ -70,10 +70,13 @@ def test_schema(tmp_path):
         assert sm["steps"] == n and sm["failures"] == 1 and sm["revivals"] == 1
         assert np.isclose(sm["step_seconds"], (rows["t_end"] - rows["t_start"]).sum())
         assert sm["wall_seconds"] >= sm["step_seconds"]
-        # Phases are exclusive: a rank's phases of a row add up to at most the time since the
-        # previous row ended (recovery before a step is charged to that step's row).
-        slot = np.diff(np.r_[0.0, rows["t_end"]])
-        assert (p[()].sum(axis=2) <= slot[:, None] + 5e-3).all()
+        # Phases are exclusive: a rank's phases up to a row add up to at most the run's time up to
+        # that row's end (recovery before a step is charged to that step's row). Cumulative, because
+        # each rank's row ends where it leaves the step's last barrier: with four ranks on two cores
+        # one row can end milliseconds earlier on one rank than on another (up to 3 ms idle, 8 ms
+        # under load, measured), and the next row gives the time back; a phase counted twice stays
+        # counted in every later row.
+        assert (np.cumsum(p[()].sum(axis=2), axis=0) <= rows["t_end"][:, None] + 10e-3).all()
         recovery = p[()][:, :, 6]
         assert recovery[1].max() > 0 and recovery[3].max() > 0  # the kill (step 2) and revival (step 4)
         assert f["replicas/tp_degree"][1].tolist() == [1, 2]
