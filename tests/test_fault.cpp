@@ -1,13 +1,16 @@
 // The fault-tolerant comm layer (src/comm/fault.hpp) against real process deaths: one rank of
 // four ends itself with SIGKILL; the others must see PeerFailure from MPI (not hang, not abort),
-// revoke, agree, shrink to the three survivors and go on computing on the smaller group. Runs
+// revoke, agree, shrink to the three survivors and go on computing on the smaller group; then a
+// second death, outside any call, is found by polling; then a spawned process joins. Runs
 // under `mpirun --with-ft ulfm` (CMake adds it where the MPI has ULFM); needs exactly 4 ranks.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <filesystem>
 #include <memory>
 
@@ -27,6 +30,7 @@ TEST(Fault, LaunchedWithFaultTolerance) {
 }
 
 TEST(Fault, HealthyGroupAgreesAndRefusesAVeto) {
+  EXPECT_FALSE(g_world->peer_failed());
   EXPECT_TRUE(g_world->agree(true));
   // One rank saying no is seen by all (uniform), without any death.
   EXPECT_FALSE(g_world->agree(g_world->rank() != 1));
@@ -68,13 +72,40 @@ TEST(Fault, DeathInACollectiveIsAPeerFailureThenShrinkAndGoOn) {
   EXPECT_EQ(g_world->size(), 3);
 }
 
+TEST(Fault, DeathOutsideAnyCallIsSeenByPolling) {
+  // Survivors in no MPI call (as one waiting on a GPU stream is) learn of a death by polling
+  // peer_failed(), which must not block and must turn true.
+  ASSERT_EQ(g_world->size(), 3);
+  EXPECT_FALSE(g_world->peer_failed());
+  g_world->barrier();
+  if (g_world->rank() == 1) {
+    std::fflush(nullptr);
+    raise(SIGKILL);
+  }
+  bool seen = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!seen && std::chrono::steady_clock::now() < give_up) {
+    seen = g_world->peer_failed();
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(seen);
+  g_world->revoke();
+  EXPECT_TRUE(g_world->peer_failed());
+  EXPECT_FALSE(g_world->agree(true));
+  g_world = g_world->shrink();
+  ASSERT_EQ(g_world->size(), 2);
+  EXPECT_FALSE(g_world->peer_failed());
+}
+
 TEST(Fault, SpawnedProcessJoinsTheGroup) {
   // The parents' side: one new process of this binary, which (as a child) only joins and sums.
+  const int before = g_world->size();
   auto grown = g_world->spawn(std::filesystem::read_symlink("/proc/self/exe").string(), {}, 1);
-  ASSERT_EQ(grown->size(), 4);
+  ASSERT_EQ(grown->size(), before + 1);
   double x = 1;
   grown->allreduce_sum(&x, 1);
-  EXPECT_EQ(x, 4.0);
+  EXPECT_EQ(x, before + 1.0);
+  EXPECT_FALSE(grown->peer_failed());
 }
 
 }  // namespace

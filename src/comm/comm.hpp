@@ -1,6 +1,7 @@
 #pragma once
 // The communication seam. Model, reshard and training code talk to a group of ranks only through
-// this interface; MpiComm implements it today, an NCCL implementation can sit beside it later.
+// this interface: MPI (comm_mpi.cpp), NCCL for device buffers (comm_nccl.cpp), and host staging
+// of device buffers over MPI (comm_staged.cpp) implement it.
 #include <cstddef>
 #include <memory>
 #include <stdexcept>
@@ -58,8 +59,12 @@ class Comm {
   // (local, not collective). agree: true when every live member passed ok and no member has died;
   // uniform (every survivor gets the same answer) and usable on a revoked group. shrink: the live
   // members, in the same order, as a new group (collective over the survivors).
+  // peer_failed: true once this group is revoked or the MPI knows one of its members died; local,
+  // never blocks (it drives the MPI's progress, so a rank waiting outside MPI, e.g. on a GPU
+  // stream, learns of a death by polling it); false for a group without fault tolerance.
   virtual void revoke();
   virtual bool agree(bool ok);
+  virtual bool peer_failed() { return false; }
   virtual std::unique_ptr<Comm> shrink();
   // Starts `count` new processes of `command args` and returns this group with them appended
   // (collective; the new processes join with join_parent()).

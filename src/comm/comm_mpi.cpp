@@ -208,6 +208,21 @@ class MpiComm final : public Comm {
     return false;
   }
 
+  bool peer_failed() override {
+    int revoked = 0;
+    if (MPIX_Comm_is_revoked(comm_, &revoked) != MPI_SUCCESS || revoked) return true;
+    // A probe drives the progress engine, which is where the MPI learns of a death; an error
+    // from it is such a death (it matches no message: nothing is received).
+    int flag = 0;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return true;
+    MPI_Group failed = MPI_GROUP_NULL;
+    if (MPIX_Comm_get_failed(comm_, &failed) != MPI_SUCCESS) return true;
+    int n = 0;
+    MPI_Group_size(failed, &n);
+    MPI_Group_free(&failed);
+    return n > 0;
+  }
+
   std::unique_ptr<Comm> shrink() override {
     MPI_Comm live;
     check(MPIX_Comm_shrink(comm_, &live), "MPIX_Comm_shrink");
@@ -260,9 +275,6 @@ std::unique_ptr<Comm> join_parent() {
   repaired() = true;
   return std::make_unique<MpiComm>(merged, true);
 }
-
-namespace {
-}  // namespace
 
 int finish_mpi(int code) {
   if (!repaired()) {

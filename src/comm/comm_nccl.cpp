@@ -2,14 +2,17 @@
 #include "comm_nccl.hpp"
 
 #include "comm_mpi.hpp"
+#include "fault.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 
 namespace ntp {
 
@@ -47,26 +50,23 @@ bool is_device(const void* p) {
 
 class NcclComm final : public Comm {
  public:
-  // Takes ownership of `comm` (freed in the destructor). The NCCL communicator is made on first
-  // use with a device buffer (see nccl()), so a group used only for host data (or only to learn
+  // Over the group `host` (an MPI communicator, owned). The NCCL communicator is made on first use
+  // with a device buffer (see nccl()), so a group used only for host data (or only to learn
   // node-local ranks before the GPU is chosen: split_node()) never touches the GPU.
-  explicit NcclComm(MPI_Comm comm) : comm_(comm), host_(make_mpi_comm(comm, false)) {
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
-  }
+  explicit NcclComm(std::unique_ptr<Comm> host) : host_(std::move(host)) {}
 
   ~NcclComm() override {
-    // No throwing from a destructor: report and carry on.
-    if (nccl_) report(ncclCommDestroy(nccl_));
+    // No throwing from a destructor: report and carry on. A communicator that saw a failure is
+    // aborted (destroying it would wait for peers that are gone).
+    if (nccl_) report(broken_ ? ncclCommAbort(nccl_) : ncclCommDestroy(nccl_));
     if (stream_) cudaStreamDestroy(stream_);
-    MPI_Comm_free(&comm_);
   }
 
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
 
   // Host buffers and host-only calls go to the MPI communicator over the same group.
   void allreduce_sum(float* buf, std::size_t n) override {
@@ -83,15 +83,12 @@ class NcclComm final : public Comm {
   }
 
   void broadcast(void* buf, std::size_t bytes, int root) override {
-    if (size_ == 1 || bytes == 0) return;
-    if (is_device(buf)) {
-      ncclComm_t c = nccl();
-      begin();
-      nccl_check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, c, stream_), "ncclBroadcast");
-      end();
-      return;
-    }
-    host_->broadcast(buf, bytes, root);
+    if (size() == 1 || bytes == 0) return;
+    if (!is_device(buf)) return host_->broadcast(buf, bytes, root);
+    ncclComm_t c = nccl();
+    begin();
+    settle(ncclBroadcast(buf, buf, bytes, ncclUint8, root, c, stream_), "ncclBroadcast");
+    end();
   }
 
   std::vector<int> allgather(int value) override { return host_->allgather(value); }
@@ -105,30 +102,29 @@ class NcclComm final : public Comm {
   void alltoallv(const float* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs,
                  float* recv, const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) override {
     long stotal = 0, rtotal = 0;
-    for (int p = 0; p < size_; ++p) stotal += send_counts[p], rtotal += recv_counts[p];
+    for (int p = 0; p < size(); ++p) stotal += send_counts[p], rtotal += recv_counts[p];
     const bool send_dev = is_device(send), recv_dev = is_device(recv);
-    int kind = (stotal > 0 && send_dev) || (rtotal > 0 && recv_dev) ? 2 : (stotal > 0 || rtotal > 0) ? 1 : 0;
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &kind, 1, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce(alltoallv kind)");
+    double kind = (stotal > 0 && send_dev) || (rtotal > 0 && recv_dev) ? 2 : (stotal > 0 || rtotal > 0) ? 1 : 0;
+    host_->allreduce_max(&kind, 1);
     if (kind < 2) return host_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if ((stotal > 0 && !send_dev) || (rtotal > 0 && !recv_dev))
       throw std::invalid_argument("NCCL alltoallv: host and device buffers mixed across the group");
     ncclComm_t c = nccl();
     begin();
-    if (send_counts[rank_] > 0)
-      cuda_check(cudaMemcpyAsync(recv + recv_displs[rank_], send + send_displs[rank_],
-                                 std::size_t(send_counts[rank_]) * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+    const int me = rank();
+    if (send_counts[me] > 0)
+      cuda_check(cudaMemcpyAsync(recv + recv_displs[me], send + send_displs[me],
+                                 std::size_t(send_counts[me]) * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
                  "cudaMemcpyAsync");
     nccl_check(ncclGroupStart(), "ncclGroupStart");
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
+    for (int p = 0; p < size(); ++p) {
+      if (p == me) continue;
       if (send_counts[p] > 0)
-        nccl_check(ncclSend(send + send_displs[p], std::size_t(send_counts[p]), ncclFloat32, p, c, stream_),
-                   "ncclSend");
+        settle(ncclSend(send + send_displs[p], std::size_t(send_counts[p]), ncclFloat32, p, c, stream_), "ncclSend");
       if (recv_counts[p] > 0)
-        nccl_check(ncclRecv(recv + recv_displs[p], std::size_t(recv_counts[p]), ncclFloat32, p, c, stream_),
-                   "ncclRecv");
+        settle(ncclRecv(recv + recv_displs[p], std::size_t(recv_counts[p]), ncclFloat32, p, c, stream_), "ncclRecv");
     }
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    settle(ncclGroupEnd(), "ncclGroupEnd");
     end();
   }
 
@@ -137,62 +133,141 @@ class NcclComm final : public Comm {
   // group that only ever synchronises (the whole job, node groups).
   void barrier() override {
     if (nccl_) begin();
-    if (size_ > 1) host_->barrier();
+    if (size() > 1) host_->barrier();
   }
 
-  std::unique_ptr<Comm> split_node() override {
-    MPI_Comm node;
-    mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-    return std::make_unique<NcclComm>(node);
-  }
+  std::unique_ptr<Comm> split_node() override { return wrap(host_->split_node()); }
+  std::unique_ptr<Comm> split(int color, int key) override { return wrap(host_->split(color, key)); }
 
-  std::unique_ptr<Comm> split(int color, int key) override {
-    MPI_Comm sub;
-    mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
-    if (sub == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<NcclComm>(sub);
+  // Fault tolerance. An NCCL communicator with a dead member cannot be repaired: revoke aborts it
+  // (ncclCommAbort also ends any NCCL operation still waiting for the dead peer) and revokes the
+  // MPI group; shrink and spawn repair the MPI group, and the NCCL communicator over the new group
+  // is made again from it on its first device-buffer call.
+  void revoke() override {
+    abort_nccl();
+    host_->revoke();
+  }
+  bool agree(bool ok) override { return host_->agree(ok); }
+  bool peer_failed() override { return host_->peer_failed(); }
+  std::unique_ptr<Comm> shrink() override { return wrap(host_->shrink()); }
+  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count) override {
+    return wrap(host_->spawn(command, args, count));
   }
 
  private:
   static void report(ncclResult_t r) {
-    if (r != ncclSuccess) std::fprintf(stderr, "ntpbench: warning: ncclCommDestroy: %s\n", ncclGetErrorString(r));
+    if (r != ncclSuccess) std::fprintf(stderr, "ntpbench: warning: ending an NCCL communicator: %s\n", ncclGetErrorString(r));
+  }
+  static std::unique_ptr<Comm> wrap(std::unique_ptr<Comm> host) {
+    return host ? std::make_unique<NcclComm>(std::move(host)) : nullptr;
   }
 
-  // The NCCL communicator, made on first use: rank 0 gets a unique id, MPI_Bcast hands it to the
-  // group, every member calls ncclCommInitRank on its current GPU. Every rank of the group gets
-  // here in the same collective call (the first one on a device buffer), so this is collective too.
+  // The NCCL communicator, made on first use: rank 0 gets a unique id, the MPI group hands it
+  // round, every member calls ncclCommInitRankConfig on its current GPU. Every rank of the group
+  // gets here in the same collective call (the first one on a device buffer), so this is
+  // collective too. Non-blocking (config.blocking = 0): no NCCL call waits inside NCCL for a
+  // peer, so settle() and end() can watch the MPI group for deaths meanwhile.
   ncclComm_t nccl() {
     if (nccl_) return nccl_;
+    if (broken_) throw PeerFailure("NCCL communicator aborted after a peer failure: shrink the group first");
     ncclUniqueId id{};
-    if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    mpi_check(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm_), "MPI_Bcast(ncclUniqueId)");
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    nccl_check(ncclCommInitRank(&nccl_, size_, id, rank_), "ncclCommInitRank");
+    if (rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    host_->broadcast(&id, sizeof id, 0);
+    if (!stream_) cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t c = nullptr;
+    const ncclResult_t r = ncclCommInitRankConfig(&c, size(), id, rank(), &config);
+    nccl_ = c;
+    settle(r, "ncclCommInitRankConfig");
     return nccl_;
   }
 
+  // A non-blocking NCCL call returns ncclInProgress while its host-side part runs: wait for it to
+  // finish, watching for a dead peer.
+  void settle(ncclResult_t r, const char* what) {
+    Watch watch(*this, what);
+    while (r == ncclInProgress) {
+      watch.poll();
+      if (ncclCommGetAsyncError(nccl_, &r) != ncclSuccess) break;
+    }
+    if (r != ncclSuccess) fail(r, what);
+  }
+
   // Before an NCCL call: every kernel queued so far (on any stream: the backend's included) has
-  // finished writing the buffers. After it: the operation is complete, as the seam promises.
+  // finished writing the buffers. After it: the operation is complete, as the seam promises; a
+  // peer that dies meanwhile ends the wait with PeerFailure instead of a hang.
   void begin() { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
-  void end() { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void end() {
+    Watch watch(*this, "NCCL operation");
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) cuda_check(q, "cudaStreamQuery");
+      ncclResult_t async = ncclSuccess;
+      nccl_check(ncclCommGetAsyncError(nccl_, &async), "ncclCommGetAsyncError");
+      if (async != ncclSuccess && async != ncclInProgress) fail(async, "NCCL operation");
+      watch.poll();
+    }
+  }
+
+  // The wait of one NCCL call: it spins for the first 200 us (a healthy collective is done by
+  // then), then yields the core between polls; from then on it asks the MPI group about deaths
+  // every millisecond. A death or a revocation aborts the NCCL communicator: PeerFailure.
+  class Watch {
+   public:
+    Watch(NcclComm& c, const char* what) : comm_(c), what_(what), start_(clock::now()), next_(start_ + kSpin) {}
+    void poll() {
+      const auto now = clock::now();
+      if (now < start_ + kSpin) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (now < next_) return;
+      next_ = now + std::chrono::milliseconds(1);
+      if (!comm_.host_->peer_failed()) return;
+      comm_.abort_nccl();
+      throw PeerFailure(std::string(what_) + ": a peer process died (NCCL communicator aborted)");
+    }
+
+   private:
+    using clock = std::chrono::steady_clock;
+    static constexpr auto kSpin = std::chrono::microseconds(200);
+    NcclComm& comm_;
+    const char* what_;
+    clock::time_point start_, next_;
+  };
+
+  // An NCCL error: a peer failure if the MPI group knows of one, else a plain error.
+  [[noreturn]] void fail(ncclResult_t r, const char* what) {
+    const bool peer = host_->peer_failed();
+    abort_nccl();
+    const std::string msg = std::string(what) + ": " + ncclGetErrorString(r);
+    if (peer) throw PeerFailure(msg + " (a peer process died)");
+    throw std::runtime_error("NCCL error in " + msg);
+  }
+
+  void abort_nccl() {
+    broken_ = true;
+    if (!nccl_) return;
+    report(ncclCommAbort(nccl_));
+    nccl_ = nullptr;
+  }
 
   // NCCL all-reduce of a device buffer; false (nothing done) for a host buffer.
   template <typename T>
   bool device_allreduce(T* buf, std::size_t n, ncclRedOp_t op) {
-    if (size_ == 1 || n == 0) return true;
+    if (size() == 1 || n == 0) return true;
     if (!is_device(buf)) return false;
     ncclComm_t c = nccl();
     begin();
-    nccl_check(ncclAllReduce(buf, buf, n, nccl_type<T>(), op, c, stream_), "ncclAllReduce");
+    settle(ncclAllReduce(buf, buf, n, nccl_type<T>(), op, c, stream_), "ncclAllReduce");
     end();
     return true;
   }
 
-  MPI_Comm comm_;
-  std::unique_ptr<Comm> host_;  // MPI over comm_ (not owning it)
-  int rank_ = 0, size_ = 1;
+  std::unique_ptr<Comm> host_;  // MPI over the same group
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  bool broken_ = false;  // aborted after a failure: this group is done with NCCL
 };
 
 }  // namespace
@@ -200,7 +275,7 @@ class NcclComm final : public Comm {
 std::unique_ptr<Comm> make_nccl_comm(MPI_Comm comm) {
   MPI_Comm dup;
   mpi_check(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
-  return std::make_unique<NcclComm>(dup);
+  return std::make_unique<NcclComm>(make_mpi_comm(dup, true));
 }
 
 }  // namespace ntp

@@ -17,6 +17,13 @@
 // communicator; the destructor calls ncclCommDestroy and frees the MPI communicator (a killed
 // rank's communicators are destroyed, not leaked).
 //
+// Failures (with ULFM under the MPI group): NCCL cannot repair a communicator with a dead member.
+// NCCL communicators are non-blocking, and every wait for one (its set-up, an operation's host
+// part, its stream) polls the MPI group: once a member has died or the group is revoked, the NCCL
+// communicator is aborted (ncclCommAbort) and the call throws PeerFailure, as an MPI call would.
+// revoke() aborts it too; shrink() and spawn() repair the MPI group and return a new NcclComm on
+// it, whose NCCL communicator is made again from the new group on first use.
+//
 // Preconditions: by the first device-buffer call the rank's GPU is current (the CUDA backend calls
 // cudaSetDevice when it is made), and every rank of the group uses a different GPU. NCCL refuses
 // two ranks on one GPU: when ranks share a GPU (--allow-gpu-sharing), the engine must use the MPI

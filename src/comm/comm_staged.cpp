@@ -82,6 +82,11 @@ class HostStagedComm final : public Comm {
   std::unique_ptr<Comm> split_node() override { return wrap(inner_->split_node()); }
   void revoke() override { inner_->revoke(); }
   bool agree(bool ok) override { return inner_->agree(ok); }
+  bool peer_failed() override { return inner_->peer_failed(); }
+  std::unique_ptr<Comm> shrink() override { return wrap(inner_->shrink()); }
+  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count) override {
+    return wrap(inner_->spawn(command, args, count));
+  }
 
  private:
   template <typename F>
