@@ -38,7 +38,7 @@ std::vector<double> train(Trainer& t, int steps) {
   return losses;
 }
 
-std::vector<std::vector<float>> canonical_params(GptModel& m) {
+std::vector<std::vector<float>> canonical_params(Model& m) {
   std::vector<std::vector<float>> p;
   for (int t = 0; t < m.layout().tensor_count(); ++t) p.emplace_back(m.param(t), m.param(t) + m.layout().slot(t).elems);
   return p;

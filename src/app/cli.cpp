@@ -157,6 +157,8 @@ void add_hardware_flags(CLI::App& app, Options& o) {
 void resolve(const ModelFlags& m, Options& o) {
   o.preset = m.preset;
   o.model = preset(m.preset);
+  if (o.model.family == Family::Llama)
+    throw CLI::ValidationError("--preset", "the Llama presets are not wired to the command line yet");
   if (m.layers) o.model.layers = *m.layers;
   if (m.heads) o.model.heads = *m.heads;
   if (m.hidden) o.model.hidden = *m.hidden;
