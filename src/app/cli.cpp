@@ -65,7 +65,7 @@ void add_model_flags(CLI::App& app, ModelFlags& m, Options& o) {
       ->check(finite<float>())
       ->check(CLI::Range(1.0f, 1e9f));
   app.add_option("--layers", m.layers, "Override the number of transformer layers")->check(CLI::PositiveNumber);
-  app.add_option("--heads", m.heads, "Override the number of attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--heads", m.heads, "Override the number of attention heads (llama: query heads)")->check(CLI::PositiveNumber);
   app.add_option("--hidden", m.hidden, "Override the hidden size d (a multiple of --heads)")->check(CLI::PositiveNumber);
   app.add_option("--seq", m.seq, "Training sequence length T (default: the preset's context)")
       ->check(CLI::PositiveNumber);
@@ -173,8 +173,6 @@ void add_hardware_flags(CLI::App& app, Options& o) {
                "With --backend cuda: allow more ranks than GPUs on a node (ranks then share GPUs)");
 }
 
-// After parsing: the model from the preset and its overrides, and the checks that span flags.
-// Throws CLI::ValidationError naming the flag.
 // The preset and family from --preset and --model, refusing a preset of the other family and
 // Llama-only flags on GPT-2.
 void resolve_family(const ModelFlags& m, Options& o) {
@@ -194,6 +192,8 @@ void resolve_family(const ModelFlags& m, Options& o) {
                                            o.preset + ", a gpt2 model)");
 }
 
+// After parsing: the model from the preset and its overrides, and the checks that span flags.
+// Throws CLI::ValidationError naming the flag.
 void resolve(const ModelFlags& m, Options& o) {
   resolve_family(m, o);
   if (m.kv_heads) o.model.kv_heads = *m.kv_heads;
