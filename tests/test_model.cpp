@@ -90,8 +90,11 @@ TEST_P(Learning, TinyModelLearnsTheMarkovChain) {
   EXPECT_GT(last10, floor - 0.1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, Learning, ::testing::Values("tiny", "llama-tiny"),
-                         [](const auto& info) { std::string n = info.param; std::replace(n.begin(), n.end(), '-', '_'); return n; });
+INSTANTIATE_TEST_SUITE_P(Presets, Learning, ::testing::Values("tiny", "llama-tiny"), [](const auto& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+});
 
 }  // namespace
 }  // namespace ntp::test
