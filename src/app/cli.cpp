@@ -65,7 +65,8 @@ void add_model_flags(CLI::App& app, ModelFlags& m, Options& o) {
       ->check(finite<float>())
       ->check(CLI::Range(1.0f, 1e9f));
   app.add_option("--layers", m.layers, "Override the number of transformer layers")->check(CLI::PositiveNumber);
-  app.add_option("--heads", m.heads, "Override the number of attention heads (llama: query heads)")->check(CLI::PositiveNumber);
+  app.add_option("--heads", m.heads, "Override the number of attention heads (llama: query heads)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--hidden", m.hidden, "Override the hidden size d (a multiple of --heads)")->check(CLI::PositiveNumber);
   app.add_option("--seq", m.seq, "Training sequence length T (default: the preset's context)")
       ->check(CLI::PositiveNumber);

@@ -184,7 +184,8 @@ std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, 
   h5::File file(path, h5::Mode::ReadOnly);
   check_model(file.id(), path, m);
   std::vector<std::vector<float>> out;
-  for (const auto& s : model_tensors(m)) out.push_back(from_hf(m, s, h5::read_floats(file.id(), group + s.name, s.hf_shape)));
+  for (const auto& s : model_tensors(m))
+    out.push_back(from_hf(m, s, h5::read_floats(file.id(), group + s.name, s.hf_shape)));
   return out;
 }
 

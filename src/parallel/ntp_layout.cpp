@@ -43,7 +43,8 @@ ShardMap chunk_map(int units, int n, int n2) {
 }
 
 TpLayout core_extra_layout(const ModelConfig& m, int n, int n2) {
-  return TpLayout{core_extra_map(m.head_units(), n, n2), core_extra_map(m.mlp(), n, n2), core_extra_map(m.vocab, n, n2)};
+  return TpLayout{core_extra_map(m.head_units(), n, n2), core_extra_map(m.mlp(), n, n2),
+                  core_extra_map(m.vocab, n, n2)};
 }
 
 TpLayout chunk_layout(const ModelConfig& m, int n, int n2) {
