@@ -99,6 +99,16 @@ class EncodedMemoryBackend final : public Backend {
   }
   void gelu_forward(float*, const float*, long) override { fail("gelu"); }
   void gelu_backward(float*, const float*, const float*, long) override { fail("gelu"); }
+  void rmsnorm_forward(float*, float*, const float*, const float*, int, int) override { fail("rmsnorm"); }
+  void rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*, int, int) override {
+    fail("rmsnorm");
+  }
+  void swiglu_forward(float*, const float*, const float*, long) override { fail("swiglu"); }
+  void swiglu_backward(float*, float*, const float*, const float*, const float*, long) override { fail("swiglu"); }
+  void rope_forward(float*, int, int, int, int, float) override { fail("rope"); }
+  void rope_backward(float*, int, int, int, int, float) override { fail("rope"); }
+  void gqa_pack_forward(float*, const float*, const float*, const float*, int, int, int, int) override { fail("gqa"); }
+  void gqa_pack_backward(float*, float*, float*, const float*, int, int, int, int) override { fail("gqa"); }
   void residual_forward(float*, const float*, const float*, long) override { fail("residual"); }
   void residual_backward(float*, float*, const float*, long) override { fail("residual"); }
   void crossentropy_local_max(float*, const float*, int, int) override { fail("cross-entropy"); }

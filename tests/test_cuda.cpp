@@ -24,9 +24,13 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/gelu.hpp"
+#include "kernels/cpu/gqa.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/residual.hpp"
+#include "kernels/cpu/rmsnorm.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/swiglu.hpp"
 #include "kernel_check.hpp"
 
 namespace ntp {
@@ -256,6 +260,93 @@ TEST_F(Cuda, LayerNorm) {
     EXPECT_CLOSE(host(d_dx, n), dx, kTol);
     EXPECT_CLOSE(host(d_dw, C), dw, kTol);
     EXPECT_CLOSE(host(d_db, C), db, kTol);
+  }
+}
+
+TEST_F(Cuda, RmsNorm) {
+  SEEDED_RNG(rng);
+  for (auto [BT, C] : {std::pair{1, 1}, std::pair{3, 7}, std::pair{64, 768}, std::pair{300, 97}}) {
+    SCOPED_TRACE(shape({BT, C}));
+    const size_t n = size_t(BT) * C;
+    const Vec x = rng.vec(n, -2.0f, 3.0f), w = rng.vec(C), dout = rng.vec(n);
+    Vec out(n), rstd(BT);
+    ntp::cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), BT, C);
+    float *d_out = dev(n), *d_rstd = dev(size_t(BT)), *d_x = dev(x), *d_w = dev(w);
+    be_->rmsnorm_forward(d_out, d_rstd, d_x, d_w, BT, C);
+    EXPECT_CLOSE(host(d_out, n), out, kTol);
+    EXPECT_CLOSE(host(d_rstd, BT), rstd, kTol);
+
+    Vec dx = rng.vec(n), dw = rng.vec(C);
+    float *d_dx = dev(dx), *d_dw = dev(dw);
+    ntp::cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), BT, C);
+    be_->rmsnorm_backward(d_dx, d_dw, dev(dout), d_x, d_w, d_rstd, BT, C);
+    EXPECT_CLOSE(host(d_dx, n), dx, kTol);
+    EXPECT_CLOSE(host(d_dw, C), dw, kTol);
+  }
+}
+
+TEST_F(Cuda, SwiGlu) {
+  SEEDED_RNG(rng);
+  for (long N : {1L, 7L, 1000L, 4099L}) {
+    SCOPED_TRACE(shape({N}));
+    const Vec g = rng.vec(N, -8.0f, 8.0f), u = rng.vec(N, -2.0f, 2.0f), dout = rng.vec(N);
+    Vec out(N);
+    ntp::cpu::swiglu_forward(out.data(), g.data(), u.data(), N);
+    float *d_g = dev(g), *d_u = dev(u), *d_out = dev(size_t(N));
+    be_->swiglu_forward(d_out, d_g, d_u, N);
+    EXPECT_CLOSE(host(d_out, N), out, kTol);
+
+    Vec dg = rng.vec(N), du = rng.vec(N);
+    float *d_dg = dev(dg), *d_du = dev(du);
+    ntp::cpu::swiglu_backward(dg.data(), du.data(), g.data(), u.data(), dout.data(), N);
+    be_->swiglu_backward(d_dg, d_du, d_g, d_u, dev(dout), N);
+    EXPECT_CLOSE(host(d_dg, N), dg, kTol);
+    EXPECT_CLOSE(host(d_du, N), du, kTol);
+  }
+}
+
+TEST_F(Cuda, Rope) {
+  SEEDED_RNG(rng);
+  struct Shape {
+    int B, T, NH, HS;
+    float theta;
+  };
+  for (Shape s : {Shape{1, 1, 1, 2, 10000.0f}, Shape{2, 33, 4, 16, 500000.0f}, Shape{1, 1024, 2, 128, 500000.0f}}) {
+    SCOPED_TRACE(shape({s.B, s.T, s.NH, s.HS}));
+    const size_t n = size_t(s.B) * s.T * s.NH * s.HS;
+    Vec x = rng.vec(n, -2.0f, 2.0f), g = rng.vec(n);
+    float *d_x = dev(x), *d_g = dev(g);
+    ntp::cpu::rope_forward(x.data(), s.B, s.T, s.NH, s.HS, s.theta);
+    be_->rope_forward(d_x, s.B, s.T, s.NH, s.HS, s.theta);
+    EXPECT_CLOSE(host(d_x, n), x, kTol);
+    ntp::cpu::rope_backward(g.data(), s.B, s.T, s.NH, s.HS, s.theta);
+    be_->rope_backward(d_g, s.B, s.T, s.NH, s.HS, s.theta);
+    EXPECT_CLOSE(host(d_g, n), g, kTol);
+  }
+}
+
+TEST_F(Cuda, GqaPack) {
+  SEEDED_RNG(rng);
+  struct Shape {
+    int BT, NH, NKV, HS;
+  };
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{7, 6, 2, 16}, Shape{64, 32, 8, 128}}) {
+    SCOPED_TRACE(shape({s.BT, s.NH, s.NKV, s.HS}));
+    const size_t nq = size_t(s.BT) * s.NH * s.HS, nkv = size_t(s.BT) * s.NKV * s.HS;
+    const Vec q = rng.vec(nq), k = rng.vec(nkv), v = rng.vec(nkv), dqkv = rng.vec(3 * nq);
+    Vec qkv(3 * nq);
+    ntp::cpu::gqa_pack_forward(qkv.data(), q.data(), k.data(), v.data(), s.BT, s.NH, s.NKV, s.HS);
+    float* d_qkv = dev(3 * nq);
+    be_->gqa_pack_forward(d_qkv, dev(q), dev(k), dev(v), s.BT, s.NH, s.NKV, s.HS);
+    EXPECT_CLOSE(host(d_qkv, 3 * nq), qkv, 0.0);
+
+    Vec dq = rng.vec(nq), dk = rng.vec(nkv), dv = rng.vec(nkv);
+    float *d_dq = dev(dq), *d_dk = dev(dk), *d_dv = dev(dv);
+    ntp::cpu::gqa_pack_backward(dq.data(), dk.data(), dv.data(), dqkv.data(), s.BT, s.NH, s.NKV, s.HS);
+    be_->gqa_pack_backward(d_dq, d_dk, d_dv, dev(dqkv), s.BT, s.NH, s.NKV, s.HS);
+    EXPECT_CLOSE(host(d_dq, nq), dq, kTol);
+    EXPECT_CLOSE(host(d_dk, nkv), dk, kTol);
+    EXPECT_CLOSE(host(d_dv, nkv), dv, kTol);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/gelu.hpp"
+#include "kernels/cpu/gqa.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/reference/adamw.hpp"
@@ -20,10 +21,17 @@
 #include "kernels/cpu/reference/cross_entropy.hpp"
 #include "kernels/cpu/reference/embedding.hpp"
 #include "kernels/cpu/reference/gelu.hpp"
+#include "kernels/cpu/reference/gqa.hpp"
 #include "kernels/cpu/reference/layernorm.hpp"
 #include "kernels/cpu/reference/matmul.hpp"
 #include "kernels/cpu/reference/residual.hpp"
+#include "kernels/cpu/reference/rmsnorm.hpp"
+#include "kernels/cpu/reference/rope.hpp"
+#include "kernels/cpu/reference/swiglu.hpp"
 #include "kernels/cpu/residual.hpp"
+#include "kernels/cpu/rmsnorm.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/swiglu.hpp"
 #include "kernel_check.hpp"
 
 namespace {
@@ -325,6 +333,160 @@ TEST(LayerNorm, ReferenceMatchesFiniteDifferences) {
   EXPECT_LE(fd_err(dinp, numeric_grad(inp, loss)), kFdTol);
   EXPECT_LE(fd_err(dw, numeric_grad(w, loss)), kFdTol);
   EXPECT_LE(fd_err(db, numeric_grad(b, loss)), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(RmsNorm, ForwardBackward) {
+  SEEDED_RNG(rng);
+  for (auto [BT, C] : {std::pair{1, 1}, std::pair{1, 7}, std::pair{5, 13}, std::pair{37, 100}, std::pair{64, 768}}) {
+    SCOPED_TRACE(shape({BT, C}));
+    const size_t n = static_cast<size_t>(BT) * C;
+    Vec inp = rng.vec(n, -2.0f, 3.0f), w = rng.vec(C, 0.5f, 1.5f), dout = rng.vec(n);
+    Vec out(n), rstd(BT), out_ref(n), rstd_ref(BT);
+    ntp::cpu::rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), BT, C);
+    ntp::ref::rmsnorm_forward(out_ref.data(), rstd_ref.data(), inp.data(), w.data(), BT, C);
+    EXPECT_CLOSE(out, out_ref, kTol);
+    EXPECT_CLOSE(rstd, rstd_ref, kTol);
+
+    Vec dinp = rng.vec(n), dw = rng.vec(C);
+    Vec dinp_ref = dinp, dw_ref = dw;
+    ntp::cpu::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), BT, C);
+    ntp::ref::rmsnorm_backward(dinp_ref.data(), dw_ref.data(), dout.data(), inp.data(), w.data(), rstd.data(), BT,
+                               C);
+    EXPECT_CLOSE(dinp, dinp_ref, kTol);
+    EXPECT_CLOSE(dw, dw_ref, kTol);
+  }
+}
+
+TEST(RmsNorm, ReferenceMatchesFiniteDifferences) {
+  SEEDED_RNG(rng);
+  const int BT = 3, C = 10;
+  Vec inp = rng.vec(BT * C, -2.0f, 2.0f), w = rng.vec(C, 0.5f, 1.5f), proj = rng.vec(BT * C);
+  Vec out(BT * C), rstd(BT);
+  auto loss = [&] {
+    ntp::ref::rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), BT, C);
+    return dot(out, proj);
+  };
+  loss();
+  Vec dinp(BT * C, 0.0f), dw(C, 0.0f);
+  ntp::ref::rmsnorm_backward(dinp.data(), dw.data(), proj.data(), inp.data(), w.data(), rstd.data(), BT, C);
+  EXPECT_LE(fd_err(dinp, numeric_grad(inp, loss)), kFdTol);
+  EXPECT_LE(fd_err(dw, numeric_grad(w, loss)), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(SwiGlu, ForwardBackward) {
+  SEEDED_RNG(rng);
+  for (long N : {1L, 7L, 1000L, 4099L}) {
+    SCOPED_TRACE(shape({N}));
+    Vec gate = rng.vec(N, -8.0f, 8.0f), up = rng.vec(N, -2.0f, 2.0f), dout = rng.vec(N);
+    Vec out(N), out_ref(N);
+    ntp::cpu::swiglu_forward(out.data(), gate.data(), up.data(), N);
+    ntp::ref::swiglu_forward(out_ref.data(), gate.data(), up.data(), N);
+    EXPECT_CLOSE(out, out_ref, kTol);
+
+    Vec dg = rng.vec(N), du = rng.vec(N), dg_ref = dg, du_ref = du;
+    ntp::cpu::swiglu_backward(dg.data(), du.data(), gate.data(), up.data(), dout.data(), N);
+    ntp::ref::swiglu_backward(dg_ref.data(), du_ref.data(), gate.data(), up.data(), dout.data(), N);
+    EXPECT_CLOSE(dg, dg_ref, kTol);
+    EXPECT_CLOSE(du, du_ref, kTol);
+  }
+}
+
+TEST(SwiGlu, ReferenceMatchesFiniteDifferences) {
+  SEEDED_RNG(rng);
+  const long N = 200;
+  Vec gate = rng.vec(N, -4.0f, 4.0f), up = rng.vec(N), proj = rng.vec(N), out(N);
+  auto loss = [&] {
+    ntp::ref::swiglu_forward(out.data(), gate.data(), up.data(), N);
+    return dot(out, proj);
+  };
+  Vec dg(N, 0.0f), du(N, 0.0f);
+  ntp::ref::swiglu_backward(dg.data(), du.data(), gate.data(), up.data(), proj.data(), N);
+  EXPECT_LE(fd_err(dg, numeric_grad(gate, loss)), kFdTol);
+  EXPECT_LE(fd_err(du, numeric_grad(up, loss)), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(Rope, ForwardBackward) {
+  SEEDED_RNG(rng);
+  struct Shape {
+    int B, T, NH, HS;
+    float theta;
+  };
+  for (auto s : {Shape{1, 1, 1, 2, 10000.0f}, Shape{2, 5, 3, 8, 10000.0f}, Shape{2, 33, 4, 16, 500000.0f},
+                 Shape{1, 128, 2, 64, 10000.0f}}) {
+    SCOPED_TRACE(shape({s.B, s.T, s.NH, s.HS}));
+    const size_t n = size_t(s.B) * s.T * s.NH * s.HS;
+    const Vec x0 = rng.vec(n, -2.0f, 2.0f);
+    Vec x = x0, x_ref = x0;
+    ntp::cpu::rope_forward(x.data(), s.B, s.T, s.NH, s.HS, s.theta);
+    ntp::ref::rope_forward(x_ref.data(), s.B, s.T, s.NH, s.HS, s.theta);
+    EXPECT_CLOSE(x, x_ref, kTol);
+    EXPECT_GT(rel_err(x, x0), s.T > 1 ? 1e-3 : -1.0) << "positions after the first must rotate";
+
+    const Vec g0 = rng.vec(n);
+    Vec g = g0, g_ref = g0;
+    ntp::cpu::rope_backward(g.data(), s.B, s.T, s.NH, s.HS, s.theta);
+    ntp::ref::rope_backward(g_ref.data(), s.B, s.T, s.NH, s.HS, s.theta);
+    EXPECT_CLOSE(g, g_ref, kTol);
+    // The backward is the transpose: <R x, g> == <x, R^T g>.
+    EXPECT_NEAR(dot(x_ref, g0), dot(x0, g_ref), 1e-4 * (1.0 + std::fabs(dot(x_ref, g0))));
+  }
+}
+
+TEST(Rope, ReferenceMatchesFiniteDifferences) {
+  SEEDED_RNG(rng);
+  const int B = 2, T = 4, NH = 2, HS = 6;
+  Vec x = rng.vec(B * T * NH * HS), proj = rng.vec(x.size()), out(x.size());
+  auto loss = [&] {
+    out = x;
+    ntp::ref::rope_forward(out.data(), B, T, NH, HS, 100.0f);
+    return dot(out, proj);
+  };
+  Vec dx = proj;
+  ntp::ref::rope_backward(dx.data(), B, T, NH, HS, 100.0f);
+  EXPECT_LE(fd_err(dx, numeric_grad(x, loss)), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+TEST(GqaPack, ForwardBackward) {
+  SEEDED_RNG(rng);
+  struct Shape {
+    int BT, NH, NKV, HS;
+  };
+  for (auto s : {Shape{1, 1, 1, 1}, Shape{5, 4, 2, 8}, Shape{7, 6, 2, 16}, Shape{3, 8, 1, 4}, Shape{64, 4, 4, 32}}) {
+    SCOPED_TRACE(shape({s.BT, s.NH, s.NKV, s.HS}));
+    const size_t nq = size_t(s.BT) * s.NH * s.HS, nkv = size_t(s.BT) * s.NKV * s.HS;
+    Vec q = rng.vec(nq), k = rng.vec(nkv), v = rng.vec(nkv);
+    Vec qkv(3 * nq), qkv_ref(3 * nq);
+    ntp::cpu::gqa_pack_forward(qkv.data(), q.data(), k.data(), v.data(), s.BT, s.NH, s.NKV, s.HS);
+    ntp::ref::gqa_pack_forward(qkv_ref.data(), q.data(), k.data(), v.data(), s.BT, s.NH, s.NKV, s.HS);
+    EXPECT_CLOSE(qkv, qkv_ref, kTol);
+
+    const Vec dqkv = rng.vec(3 * nq);
+    Vec dq = rng.vec(nq), dk = rng.vec(nkv), dv = rng.vec(nkv);
+    Vec dq_ref = dq, dk_ref = dk, dv_ref = dv;
+    ntp::cpu::gqa_pack_backward(dq.data(), dk.data(), dv.data(), dqkv.data(), s.BT, s.NH, s.NKV, s.HS);
+    ntp::ref::gqa_pack_backward(dq_ref.data(), dk_ref.data(), dv_ref.data(), dqkv.data(), s.BT, s.NH, s.NKV, s.HS);
+    EXPECT_CLOSE(dq, dq_ref, kTol);
+    EXPECT_CLOSE(dk, dk_ref, kTol);
+    EXPECT_CLOSE(dv, dv_ref, kTol);
+  }
+}
+
+TEST(GqaPack, ReferenceBackwardIsTheTranspose) {
+  // The pack is linear: <pack(q, k, v), g> == <q, dq> + <k, dk> + <v, dv> for the backward's output.
+  SEEDED_RNG(rng);
+  const int BT = 3, NH = 6, NKV = 2, HS = 4;
+  Vec q = rng.vec(BT * NH * HS), k = rng.vec(BT * NKV * HS), v = rng.vec(BT * NKV * HS), g = rng.vec(3 * q.size());
+  Vec qkv(g.size()), dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+  ntp::ref::gqa_pack_forward(qkv.data(), q.data(), k.data(), v.data(), BT, NH, NKV, HS);
+  ntp::ref::gqa_pack_backward(dq.data(), dk.data(), dv.data(), g.data(), BT, NH, NKV, HS);
+  EXPECT_NEAR(dot(qkv, g), dot(q, dq) + dot(k, dk) + dot(v, dv), 1e-4);
+  // Query head 1 reads key/value head 0 (3 query heads per group).
+  EXPECT_EQ(qkv[(0 * NH + 1) * 3 * HS + HS], k[0]);
+  EXPECT_EQ(qkv[(0 * NH + 3) * 3 * HS + 2 * HS], v[HS]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-// The whole model on one rank: gradients against finite differences, and learning.
+// The whole model on one rank, both families: gradients against finite differences, and learning.
 #include "data.hpp"
-#include "gpt_model.hpp"
+#include "model.hpp"
 #include "test_util.hpp"
 #include "trainer.hpp"
 
@@ -8,18 +8,22 @@ namespace ntp::test {
 namespace {
 
 // Every parameter tensor's analytic gradient against central differences of the loss, on a
-// small model with fresh random weights and tokens.
-TEST(GptModel, GradientsMatchFiniteDifferences) {
+// small model with fresh random weights and tokens. Llama: 4 query heads over 2 KV heads (GQA).
+class GradientCheck : public ::testing::TestWithParam<Family> {};
+
+TEST_P(GradientCheck, GradientsMatchFiniteDifferences) {
   const std::uint64_t seed = shared_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  const ModelConfig m{32, 8, 2, 2, 16};
+  ModelConfig m{32, 8, 2, 4, 16};
+  if (GetParam() == Family::Llama) m.family = Family::Llama, m.kv_heads = 2, m.ffn = 40, m.rope_theta = 100.0f;
   const int B = 2, T = 8, BT = B * T;
   auto be = make_cpu_backend();
   auto self = world_comm()->split(world_comm()->rank(), 0);
-  GptModel model(*be, m, TpLayout::even(m, 1), 0, *self, B, T);
+  auto model_ptr = make_model(*be, m, TpLayout::even(m, 1), 0, *self, B, T);
+  Model& model = *model_ptr;
   model.init_params(seed);
   std::mt19937_64 rng(seed);
-  // Larger weights than GPT-2's init make every path (attention included) carry signal.
+  // Larger weights than the init make every path (attention included) carry signal.
   for (int t = 0; t < model.layout().tensor_count(); ++t) {
     const auto& slot = model.layout().slot(t);
     const auto noise = random_vec(rng, slot.elems, 0.2f);
@@ -56,11 +60,16 @@ TEST(GptModel, GradientsMatchFiniteDifferences) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Families, GradientCheck, ::testing::Values(Family::Gpt2, Family::Llama),
+                         [](const auto& info) { return std::string(family_name(info.param)); });
+
 // On the synthetic Markov chain the tiny model's loss falls from ln(V) toward the chain's entropy.
-TEST(Training, TinyModelLearnsTheMarkovChain) {
+class Learning : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Learning, TinyModelLearnsTheMarkovChain) {
   Options o;
-  o.preset = "tiny";
-  o.model = preset("tiny");
+  o.preset = GetParam();
+  o.model = preset(o.preset);
   o.seq = o.model.context;
   o.micro_batch = 8;
   o.seed = shared_seed();
@@ -80,6 +89,12 @@ TEST(Training, TinyModelLearnsTheMarkovChain) {
   EXPECT_LT(last10, floor + 0.25 * (first - floor)) << "start " << first << ", floor " << floor;
   EXPECT_GT(last10, floor - 0.1);
 }
+
+INSTANTIATE_TEST_SUITE_P(Presets, Learning, ::testing::Values("tiny", "llama-tiny"), [](const auto& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+});
 
 }  // namespace
 }  // namespace ntp::test

@@ -179,9 +179,13 @@ TEST_P(NtpSync, EqualsTheUnshardedSum) {
   const auto degrees = GetParam();
   const int need = std::accumulate(degrees.begin(), degrees.end(), 0);
   if (need > world_size()) GTEST_SKIP() << "needs " << need << " ranks";
-  ModelConfig m{48, 8, 3, 12, 24};  // 3 layers, 12 heads, 96 MLP columns, 48 vocabulary rows
-  const Configuration cfg = configuration_for_degrees(m, degrees);
+  // GPT-2: 3 layers, 12 heads, 96 MLP columns, 48 vocabulary rows. Llama: 12 query heads in 4 KV
+  // groups (the attention units), 40 FFN columns, separate embedding and head.
+  const ModelConfig gpt{48, 8, 3, 12, 24}, llama{48, 8, 3, 12, 24, Family::Llama, 4, 40, 10000.0f};
+  for (const ModelConfig& m : {gpt, llama})
   for (const bool on_device : {false, true}) {
+    SCOPED_TRACE(family_name(m.family));
+    const Configuration cfg = configuration_for_degrees(m, degrees);
     SCOPED_TRACE(on_device ? "encoded device memory, host-staged communicators" : "host memory");
     std::unique_ptr<Backend> be;
     if (on_device)

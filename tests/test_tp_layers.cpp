@@ -3,6 +3,8 @@
 #include <memory>
 
 #include "backend.hpp"
+#include "model.hpp"
+#include "ntp_layout.hpp"
 #include "test_util.hpp"
 #include "tp_layers.hpp"
 
@@ -226,8 +228,74 @@ TEST_P(TpLayers, VocabParallelCrossEntropy) {
   }
 }
 
+// Grouped-query attention (8 query heads over 4 KV heads) in a one-layer Llama, sharded by KV
+// group at TP 1..4 under Megatron's even split (uneven at TP 3), a scattered uneven map and the NTP
+// core/extra layout of every sync degree below tp, against the unsharded model: the loss and every
+// tensor's gradient (a rank's units of the reference's). Everything else is split evenly.
+TEST_P(TpLayers, LlamaGqaByKvGroups) {
+  const int tp = GetParam();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed_ << " tp " << tp);
+  ModelConfig m{30, 6, 1, 8, 32, Family::Llama, 4, 20, 100.0f};
+  ASSERT_GT(m.heads, m.kv());
+  const int B = 2, T = 6, BT = B * T;
+  std::vector<int> tokens(BT), targets(BT);
+  for (int i = 0; i < BT; ++i) tokens[i] = int(rng_() % m.vocab), targets[i] = int(rng_() % m.vocab);
+  Groups g = groups(tp);
+
+  auto run = [&](Comm& comm, const TpLayout& layout, int rank) {
+    auto model = make_model(*be_, m, layout, rank, comm, B, T);
+    model->init_params(seed_);
+    // Larger weights than the init so attention's mixing carries signal.
+    std::mt19937_64 noise_rng(seed_ + 1);
+    for (int t = 0; t < model->layout().tensor_count(); ++t) {
+      const auto& spec = model->layout().specs()[t];
+      const auto full = random_vec(noise_rng, spec.full_elems(m), 0.3f);
+      const auto& slot = model->layout().slot(t);
+      const auto mine = spec.dim == ShardDim::Replicated ? full : take_units(full, slot.units, spec.unit_elems);
+      for (long k = 0; k < slot.elems; ++k) model->param(t)[k] += mine[k];
+    }
+    model->zero_grads();
+    const double loss = model->forward(tokens.data(), targets.data(), B);
+    model->backward(1.0f / BT);
+    return std::pair{loss, std::move(model)};
+  };
+  auto self_layout = TpLayout::even(m, 1);
+  auto [ref_loss, ref] = run(*g.self, self_layout, 0);
+  if (!g.tp) return;
+  std::vector<ShardMap> head_maps = maps_for(rng_, m.head_units(), tp);
+  for (int n2 = 1; n2 < tp; ++n2) head_maps.push_back(core_extra_map(m.head_units(), tp, n2));
+  for (const auto& heads : head_maps) {
+    TpLayout layout = TpLayout::even(m, tp);
+    layout.heads = heads;
+    auto [loss, model] = run(*g.tp, layout, g.tp->rank());
+    EXPECT_NEAR(loss, ref_loss, kTol * std::fabs(ref_loss));
+    for (int t = 0; t < model->layout().tensor_count(); ++t) {
+      const auto& spec = model->layout().specs()[t];
+      const auto& slot = model->layout().slot(t);
+      const std::vector<float> full(ref->grad(t), ref->grad(t) + ref->layout().slot(t).elems);
+      const auto want = spec.dim == ShardDim::Replicated ? full : take_units(full, slot.units, spec.unit_elems);
+      EXPECT_LT(rel_l2(std::vector<float>(model->grad(t), model->grad(t) + slot.elems), want), kTol) << spec.name;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tp, TpLayers, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "tp" + std::to_string(info.param); });
+
+// A KV group is the smallest unit: TP above the KV-head count is refused, saying why.
+TEST(TpLayout, LlamaRefusesTpAboveKvHeads) {
+  const ModelConfig m = preset("llama-tiny");
+  EXPECT_NO_THROW(TpLayout::even(m, m.kv()));
+  try {
+    TpLayout::even(m, m.kv() + 1);
+    ADD_FAILURE() << "TP " << m.kv() + 1 << " accepted with " << m.kv() << " KV heads";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("KV-head count (" + std::to_string(m.kv()) + ")"), std::string::npos)
+        << e.what();
+  }
+  // GPT-2 still splits by head.
+  EXPECT_NO_THROW(TpLayout::even(preset("tiny"), 4));
+}
 
 TEST(ShardMap, EvenSplitsMatchMegatron) {
   const auto m = ShardMap::even(8, 3);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -15,8 +16,10 @@
 namespace ntp::test {
 
 // A seed every rank agrees on, fresh each run (printed so a failure can be reproduced).
+// NTPBENCH_TEST_SEED=N reruns a failure's seed.
 inline std::uint64_t shared_seed() {
-  std::uint64_t s = std::random_device{}();
+  const char* fixed = std::getenv("NTPBENCH_TEST_SEED");
+  std::uint64_t s = fixed ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
   MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   return s;
 }

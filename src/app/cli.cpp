@@ -5,6 +5,8 @@
 #include <string>
 #include <type_traits>
 
+#include "tp_layout.hpp"
+
 namespace ntp {
 
 namespace {
@@ -35,16 +37,36 @@ CLI::Option* add_real(CLI::App& app, const std::string& name, T& field, const st
 // Flags that do not map one-to-one onto an Options field: the preset and its overrides, resolved
 // into a ModelConfig after parsing.
 struct ModelFlags {
-  std::string preset = "small";
-  std::optional<int> layers, heads, hidden, seq, vocab, context;
+  std::string preset;  // "" = the family's default
+  std::string model;   // "" = the preset's family
+  std::optional<int> layers, heads, hidden, seq, vocab, context, kv_heads, ffn;
+  std::optional<float> rope_theta;
   std::string lr_schedule = "constant";
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& m, Options& o) {
-  app.add_option("--preset", m.preset, "Model size: tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl")
+  app.add_option("--model", m.model,
+                 "Model family: gpt2 (LayerNorm, GELU, learned positions, biases, tied head) or llama (RMSNorm, "
+                 "SwiGLU, rotary positions, grouped-query attention, no biases, untied head). Default: the "
+                 "preset's family")
+      ->check(CLI::IsMember({"gpt2", "llama"}));
+  app.add_option("--preset", m.preset,
+                 "Model size. gpt2: tiny, small (the default), gpt2, gpt2-medium, gpt2-large, gpt2-xl. llama "
+                 "(implies --model llama): llama-tiny, llama-small (the default with --model llama), llama-8b "
+                 "(an 8B-class shape, for benchmarks and simulation)")
       ->check(CLI::IsMember(preset_names()));
+  app.add_option("--kv-heads", m.kv_heads,
+                 "llama: key/value heads (grouped-query attention; a divisor of --heads). A KV head and its query "
+                 "heads stay on one rank, so --tp may not exceed it")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ffn", m.ffn, "llama: SwiGLU hidden width (columns of gate_proj and up_proj)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--rope-theta", m.rope_theta, "llama: base of the rotary position embeddings")
+      ->check(finite<float>())
+      ->check(CLI::Range(1.0f, 1e9f));
   app.add_option("--layers", m.layers, "Override the number of transformer layers")->check(CLI::PositiveNumber);
-  app.add_option("--heads", m.heads, "Override the number of attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--heads", m.heads, "Override the number of attention heads (llama: query heads)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--hidden", m.hidden, "Override the hidden size d (a multiple of --heads)")->check(CLI::PositiveNumber);
   app.add_option("--seq", m.seq, "Training sequence length T (default: the preset's context)")
       ->check(CLI::PositiveNumber);
@@ -152,11 +174,32 @@ void add_hardware_flags(CLI::App& app, Options& o) {
                "With --backend cuda: allow more ranks than GPUs on a node (ranks then share GPUs)");
 }
 
+// The preset and family from --preset and --model, refusing a preset of the other family and
+// Llama-only flags on GPT-2.
+void resolve_family(const ModelFlags& m, Options& o) {
+  if (!m.preset.empty() && !m.model.empty() && m.model != family_name(preset_family(m.preset)))
+    throw CLI::ValidationError("--model", "--preset " + m.preset + " is a " + family_name(preset_family(m.preset)) +
+                                              " model, but --model is " + m.model + " (the " + m.model +
+                                              " presets: " + (m.model == "llama" ? "llama-tiny, llama-small, llama-8b" :
+                                              "tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl") + ")");
+  o.preset = !m.preset.empty() ? m.preset : m.model == "llama" ? "llama-small" : "small";
+  o.model = preset(o.preset);
+  if (o.model.family == Family::Llama) return;
+  const std::pair<const char*, bool> llama_only[] = {
+      {"--kv-heads", bool(m.kv_heads)}, {"--ffn", bool(m.ffn)}, {"--rope-theta", bool(m.rope_theta)}};
+  for (auto [flag, given] : llama_only)
+    if (given)
+      throw CLI::ValidationError(flag, std::string(flag) + " applies to --model llama only (this run trains " +
+                                           o.preset + ", a gpt2 model)");
+}
+
 // After parsing: the model from the preset and its overrides, and the checks that span flags.
 // Throws CLI::ValidationError naming the flag.
 void resolve(const ModelFlags& m, Options& o) {
-  o.preset = m.preset;
-  o.model = preset(m.preset);
+  resolve_family(m, o);
+  if (m.kv_heads) o.model.kv_heads = *m.kv_heads;
+  if (m.ffn) o.model.ffn = *m.ffn;
+  if (m.rope_theta) o.model.rope_theta = *m.rope_theta;
   if (m.layers) o.model.layers = *m.layers;
   if (m.heads) o.model.heads = *m.heads;
   if (m.hidden) o.model.hidden = *m.hidden;
@@ -173,6 +216,13 @@ void resolve(const ModelFlags& m, Options& o) {
     throw CLI::ValidationError("--hidden", "hidden size " + std::to_string(o.model.hidden) +
                                                " is not a multiple of the head count " +
                                                std::to_string(o.model.heads));
+  try {
+    validate_model(o.model);
+  } catch (const std::invalid_argument& e) {
+    throw CLI::ValidationError("--model", e.what());
+  }
+  if (o.model.family == Family::Llama && o.tp > o.model.head_units())
+    throw CLI::ValidationError("--tp", tp_degree_problem(o.model, o.tp));
   if (o.tp > o.model.heads)
     throw CLI::ValidationError("--tp", "TP degree " + std::to_string(o.tp) + " exceeds the head count " +
                                            std::to_string(o.model.heads));
@@ -189,7 +239,7 @@ void resolve(const ModelFlags& m, Options& o) {
 
 ParseResult parse_options(int argc, char** argv, bool print) {
   CLI::App app{
-      "ntpbench: a real GPT-2 training step (forward, backward, AdamW) under tensor x data parallelism on MPI "
+      "ntpbench: a real GPT-2 or Llama training step (forward, backward, AdamW) under tensor x data parallelism on MPI "
       "ranks.\nLaunch with mpirun/srun; DP = ranks / --tp. Results go to an HDF5 file (see results/README.md)."};
   app.option_defaults()->always_capture_default();
   Options o;

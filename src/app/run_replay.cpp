@@ -58,7 +58,7 @@ int run_replay(const Options& cli, Comm& world) {
   }
 
   const auto reference = read_checkpoint_params(ckpt, o.model);
-  GptModel& m = trainer.model();
+  Model& m = trainer.model();
   std::vector<std::vector<float>> mine;
   for (int t = 0; t < m.layout().tensor_count(); ++t)
     mine.emplace_back(m.param(t), m.param(t) + m.layout().slot(t).elems);

@@ -131,10 +131,14 @@ void TrainingRun::record_processes(const std::vector<int>& only) {
 void TrainingRun::print_banner() const {
   if (!root() || o_.quiet) return;
   const ModelConfig& m = o_.model;
-  fmt::print("ntpbench: {} ranks = {} replicas x TP {} | model {} (L={} H={} d={} V={}, {:.2f}M params) | "
+  const std::string shape =
+      m.family == Family::Llama ? fmt::format("llama L={} H={} KV={} d={} ffn={} V={}", m.layers, m.heads, m.kv(),
+                                              m.hidden, m.mlp(), m.vocab)
+                                : fmt::format("gpt2 L={} H={} d={} V={}", m.layers, m.heads, m.hidden, m.vocab);
+  fmt::print("ntpbench: {} ranks = {} replicas x TP {} | model {} ({}, {:.2f}M params) | "
              "B={} per replica, T={} | {} thread(s)/rank | timing {}{}\n",
-             group_->size(), trainer_->topology().replicas, o_.tp, o_.preset, m.layers, m.heads, m.hidden, m.vocab,
-             parameter_count(m) / 1e6, o_.micro_batch, o_.seq, threads_, o_.timing,
+             group_->size(), trainer_->topology().replicas, o_.tp, o_.preset, shape, parameter_count(m) / 1e6,
+             o_.micro_batch, o_.seq, threads_, o_.timing,
              o_.schedule.empty() ? "" : fmt::format(" | policy {} | schedule {}", o_.policy, o_.schedule));
   fmt::print("data: {}\nresults: {}\n", trainer_->data().describe(), o_.out);
   if (o_.backend != "cpu") fmt::print("communication: {}\n", trainer_->communication());

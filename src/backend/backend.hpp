@@ -65,6 +65,20 @@ class Backend {
   virtual void gelu_forward(float* out, const float* inp, long N) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, long N) = 0;
 
+  // Llama's kernels (kernels/cpu/rmsnorm.hpp, swiglu.hpp, rope.hpp, gqa.hpp). rope_* work in place.
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int BT, int C) = 0;
+  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                const float* weight, const float* rstd, int BT, int C) = 0;
+  virtual void swiglu_forward(float* out, const float* gate, const float* up, long N) = 0;
+  virtual void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
+                               long N) = 0;
+  virtual void rope_forward(float* x, int B, int T, int NH, int HS, float theta) = 0;
+  virtual void rope_backward(float* dx, int B, int T, int NH, int HS, float theta) = 0;
+  virtual void gqa_pack_forward(float* qkv, const float* q, const float* k, const float* v, int BT, int NH, int NKV,
+                                int HS) = 0;
+  virtual void gqa_pack_backward(float* dq, float* dk, float* dv, const float* dqkv, int BT, int NH, int NKV,
+                                 int HS) = 0;
+
   virtual void residual_forward(float* out, const float* a, const float* b, long N) = 0;
   virtual void residual_backward(float* da, float* db, const float* dout, long N) = 0;
 

@@ -11,9 +11,13 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/gelu.hpp"
+#include "kernels/cpu/gqa.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/residual.hpp"
+#include "kernels/cpu/rmsnorm.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/swiglu.hpp"
 
 namespace ntp {
 
@@ -87,6 +91,34 @@ class CpuBackend final : public Backend {
   void gelu_forward(float* out, const float* inp, long N) override { cpu::gelu_forward(out, inp, N); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, long N) override {
     cpu::gelu_backward(dinp, inp, dout, N);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int BT, int C) override {
+    cpu::rmsnorm_forward(out, rstd, inp, weight, BT, C);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int BT, int C) override {
+    cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, BT, C);
+  }
+  void swiglu_forward(float* out, const float* gate, const float* up, long N) override {
+    cpu::swiglu_forward(out, gate, up, N);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
+                       long N) override {
+    cpu::swiglu_backward(dgate, dup, gate, up, dout, N);
+  }
+  void rope_forward(float* x, int B, int T, int NH, int HS, float theta) override {
+    cpu::rope_forward(x, B, T, NH, HS, theta);
+  }
+  void rope_backward(float* dx, int B, int T, int NH, int HS, float theta) override {
+    cpu::rope_backward(dx, B, T, NH, HS, theta);
+  }
+  void gqa_pack_forward(float* qkv, const float* q, const float* k, const float* v, int BT, int NH, int NKV,
+                        int HS) override {
+    cpu::gqa_pack_forward(qkv, q, k, v, BT, NH, NKV, HS);
+  }
+  void gqa_pack_backward(float* dq, float* dk, float* dv, const float* dqkv, int BT, int NH, int NKV,
+                         int HS) override {
+    cpu::gqa_pack_backward(dq, dk, dv, dqkv, BT, NH, NKV, HS);
   }
   void residual_forward(float* out, const float* a, const float* b, long N) override {
     cpu::residual_forward(out, a, b, N);

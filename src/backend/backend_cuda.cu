@@ -34,9 +34,13 @@
 #include "kernels/cuda/detail/common.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/gqa.cuh"
 #include "kernels/cuda/layernorm.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/residual.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/swiglu.cuh"
 
 namespace ntp {
 
@@ -194,6 +198,35 @@ class CudaBackend final : public Backend {
   void gelu_forward(float* out, const float* inp, long N) override { cuda::gelu_forward(out, inp, N, stream_); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, long N) override {
     cuda::gelu_backward(dinp, inp, dout, N, stream_);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int BT, int C) override {
+    cuda::rmsnorm_forward(out, rstd, inp, weight, BT, C, stream_);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int BT, int C) override {
+    float* s = scratch(cuda::rmsnorm_backward_scratch(BT, C));
+    cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, BT, C, s, stream_);
+  }
+  void swiglu_forward(float* out, const float* gate, const float* up, long N) override {
+    cuda::swiglu_forward(out, gate, up, N, stream_);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
+                       long N) override {
+    cuda::swiglu_backward(dgate, dup, gate, up, dout, N, stream_);
+  }
+  void rope_forward(float* x, int B, int T, int NH, int HS, float theta) override {
+    cuda::rope_forward(x, B, T, NH, HS, theta, stream_);
+  }
+  void rope_backward(float* dx, int B, int T, int NH, int HS, float theta) override {
+    cuda::rope_backward(dx, B, T, NH, HS, theta, stream_);
+  }
+  void gqa_pack_forward(float* qkv, const float* q, const float* k, const float* v, int BT, int NH, int NKV,
+                        int HS) override {
+    cuda::gqa_pack_forward(qkv, q, k, v, BT, NH, NKV, HS, stream_);
+  }
+  void gqa_pack_backward(float* dq, float* dk, float* dv, const float* dqkv, int BT, int NH, int NKV,
+                         int HS) override {
+    cuda::gqa_pack_backward(dq, dk, dv, dqkv, BT, NH, NKV, HS, stream_);
   }
   void residual_forward(float* out, const float* a, const float* b, long N) override {
     cuda::residual_forward(out, a, b, N, stream_);

@@ -15,15 +15,38 @@ namespace ntp {
 namespace {
 int dim_index(ShardDim d) { return d == ShardDim::Heads ? 0 : d == ShardDim::Mlp ? 1 : 2; }
 
+// The model dimensions recorded as root attributes (Llama's only where the family is llama).
+std::vector<std::pair<const char*, int>> model_dims(const ModelConfig& m) {
+  std::vector<std::pair<const char*, int>> d = {
+      {"vocab", m.vocab}, {"context", m.context}, {"layers", m.layers}, {"heads", m.heads}, {"hidden", m.hidden}};
+  if (m.family == Family::Llama) d.insert(d.end(), {{"kv_heads", m.kv()}, {"ffn", m.mlp()}});
+  return d;
+}
+
+// The family a checkpoint holds: its "model" attribute, or for a foreign file without one, which
+// embedding it has.
+std::string checkpoint_family(hid_t f) {
+  if (h5::has_attr(f, "/", "model")) return h5::get_attr_string(f, "/", "model");
+  return h5::exists(f, "model.embed_tokens.weight") ? "llama" : "gpt2";
+}
+
 void check_model(hid_t f, const std::string& path, const ModelConfig& m) {
-  const std::pair<const char*, int> dims[] = {{"vocab", m.vocab},   {"context", m.context}, {"layers", m.layers},
-                                              {"heads", m.heads},   {"hidden", m.hidden}};
-  for (auto [name, want] : dims) {
+  const std::string family = checkpoint_family(f);
+  if (family != family_name(m.family))
+    throw CheckpointError(fmt::format("checkpoint {} holds a {} model, but this run trains a {} model (--model)",
+                                      path, family, family_name(m.family)));
+  for (auto [name, want] : model_dims(m)) {
     if (!h5::has_attr(f, "/", name)) continue;  // foreign checkpoints: the tensor shapes still get checked
     const long long got = h5::get_attr_int(f, "/", name);
     if (got != want)
       throw CheckpointError(
           fmt::format("checkpoint {}: {} = {}, but this run has {} = {}", path, name, got, name, want));
+  }
+  if (m.family == Family::Llama && h5::has_attr(f, "/", "rope_theta")) {
+    const double stored = h5::get_attr_double(f, "/", "rope_theta");
+    if (float(stored) != m.rope_theta)
+      throw CheckpointError(fmt::format("checkpoint {}: rope_theta = {}, but this run has rope_theta = {}", path,
+                                        stored, m.rope_theta));
   }
 }
 
@@ -57,8 +80,8 @@ SourceOwners owners_in_replica(const TpLayout& layout, const std::vector<int>& r
 }
 
 void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners,
-                     const ModelConfig& m, GptModel* model, AdamW* opt, const CheckpointMeta& meta) {
-  const auto specs = gpt2_tensors(m);
+                     const ModelConfig& m, Model* model, AdamW* opt, const CheckpointMeta& meta) {
+  const auto specs = model_tensors(m);
   const bool writing = comm.rank() == writer;
   std::vector<ReshardPlan> plans;
   for (int d = 0; d < 3; ++d)
@@ -71,12 +94,14 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
     if (!dir.empty()) std::filesystem::create_directories(dir);
     file = std::make_unique<h5::File>(tmp, h5::Mode::Truncate);
     hid_t f = file->id();
-    h5::set_attr(f, "/", "format", std::string("ntpbench GPT-2 checkpoint (Hugging Face names, fp32)"));
+    const bool llama = m.family == Family::Llama;
+    h5::set_attr(f, "/", "format",
+                 fmt::format("ntpbench {} checkpoint (Hugging Face names, fp32)", llama ? "Llama" : "GPT-2"));
+    h5::set_attr(f, "/", "model", std::string(family_name(m.family)));
     h5::set_attr(f, "/", "step", static_cast<long long>(meta.step));
     h5::set_attr(f, "/", "samples_consumed", meta.samples_consumed);
-    const std::pair<const char*, int> dims[] = {{"vocab", m.vocab}, {"context", m.context}, {"layers", m.layers},
-                                                {"heads", m.heads}, {"hidden", m.hidden}};
-    for (auto [name, v] : dims) h5::set_attr(f, "/", name, static_cast<long long>(v));
+    for (auto [name, v] : model_dims(m)) h5::set_attr(f, "/", name, static_cast<long long>(v));
+    if (llama) h5::set_attr(f, "/", "rope_theta", static_cast<double>(m.rope_theta));
   }
 
   if (writing && !model) throw std::logic_error("checkpoint writer holds no model");
@@ -116,7 +141,7 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
   comm.barrier();  // the file is complete for every rank once this returns
 }
 
-CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* opt) {
+CheckpointMeta load_checkpoint(const std::string& path, Model& model, AdamW* opt) {
   const ParamLayout& L = model.layout();
   const ModelConfig& m = L.model();
   h5::File file(path, h5::Mode::ReadOnly);
@@ -125,7 +150,7 @@ CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* 
   CheckpointMeta meta;
   if (h5::has_attr(f, "/", "step")) meta.step = static_cast<int>(h5::get_attr_int(f, "/", "step"));
   if (h5::has_attr(f, "/", "samples_consumed")) meta.samples_consumed = h5::get_attr_int(f, "/", "samples_consumed");
-  meta.has_optimizer = h5::exists(f, "optimizer/m/wte");
+  meta.has_optimizer = h5::exists(f, "optimizer/m/" + L.specs()[0].name);
   const bool load_opt = opt && meta.has_optimizer;
 
   std::vector<float> host;
@@ -159,7 +184,8 @@ std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, 
   h5::File file(path, h5::Mode::ReadOnly);
   check_model(file.id(), path, m);
   std::vector<std::vector<float>> out;
-  for (const auto& s : gpt2_tensors(m)) out.push_back(from_hf(m, s, h5::read_floats(file.id(), group + s.name, s.hf_shape)));
+  for (const auto& s : model_tensors(m))
+    out.push_back(from_hf(m, s, h5::read_floats(file.id(), group + s.name, s.hf_shape)));
   return out;
 }
 

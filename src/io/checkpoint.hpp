@@ -1,8 +1,12 @@
 #pragma once
-// Checkpoints in HDF5, in Hugging Face GPT-2 names and shapes, full (unsharded) tensors:
-//   /wte, /wpe, /h.{i}.ln_1.weight, /h.{i}.attn.c_attn.weight [d, 3d], ..., /ln_f.bias
+// Checkpoints in HDF5, in Hugging Face names and shapes, full (unsharded) tensors:
+//   GPT-2: /wte, /wpe, /h.{i}.ln_1.weight, /h.{i}.attn.c_attn.weight [d, 3d], ..., /ln_f.bias
+//   Llama: /model.embed_tokens.weight, /model.layers.{i}.self_attn.q_proj.weight [H hs, d], k_proj,
+//          v_proj [kv hs, d], o_proj [d, H hs], mlp.gate_proj, up_proj [ffn, d], down_proj [d, ffn],
+//          input_layernorm.weight, post_attention_layernorm.weight, /model.norm.weight, /lm_head.weight
 //   /optimizer/m/<name>, /optimizer/v/<name>        AdamW moments (same shapes)
-//   root attributes: step, samples_consumed, vocab, context, layers, heads, hidden, format
+//   root attributes: model (gpt2 or llama), step, samples_consumed, vocab, context, layers, heads,
+//   hidden, format; Llama adds kv_heads, ffn, rope_theta
 // Written at any TP layout, loadable at any other (and by other tools).
 #include <array>
 #include <stdexcept>
@@ -10,7 +14,7 @@
 #include <vector>
 
 #include "comm.hpp"
-#include "gpt_model.hpp"
+#include "model.hpp"
 #include "optimizer.hpp"
 
 namespace ntp {
@@ -36,12 +40,12 @@ SourceOwners owners_in_replica(const TpLayout& layout, const std::vector<int>& r
 // reshard primitive; the writer writes `path` atomically (temporary file, then rename). Ranks
 // outside the source replica send nothing; they may pass null model and optimizer.
 void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners,
-                     const ModelConfig& m, GptModel* model, AdamW* opt, const CheckpointMeta& meta);
+                     const ModelConfig& m, Model* model, AdamW* opt, const CheckpointMeta& meta);
 
 // Every rank reads its own shards. Loads the AdamW moments and step too when `opt` is given and
 // the file has them. Checks the model dimensions and every tensor's shape, and refuses a tensor
 // holding NaN or Inf (the error names the file and the tensor).
-CheckpointMeta load_checkpoint(const std::string& path, GptModel& model, AdamW* opt);
+CheckpointMeta load_checkpoint(const std::string& path, Model& model, AdamW* opt);
 
 // The full canonical (TP 1 storage order) value of every parameter tensor, for comparisons;
 // group "optimizer/m/" or "optimizer/v/" reads a moment instead.

@@ -1,31 +1,20 @@
 #include "gpt_model.hpp"
 
-#include "tp_layers.hpp"
-
 #include <stdexcept>
 
 namespace ntp {
 
 GptModel::GptModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm,
                    int max_batch, int seq)
-    : be_(backend), m_(m), layout_(m, tp, tp_rank), tp_(&tp_comm), max_batch_(max_batch), T_(seq) {
-  if (tp_comm.size() != tp.degree())
-    throw std::invalid_argument("TP communicator size does not match the layout's degree");
-  if (seq < 1 || seq > m.context)
-    throw std::invalid_argument("sequence length " + std::to_string(seq) + " must be between 1 and the context (" +
-                                std::to_string(m.context) + ")");
+    : Model(backend, m, tp, tp_rank, tp_comm, max_batch, seq) {
   local_heads_ = layout_.local(ShardDim::Heads);
   local_mlp_ = layout_.local(ShardDim::Mlp);
   local_vocab_ = layout_.local(ShardDim::Vocab);
-  params_ = Arena(be_, layout_.total());
-  grads_ = Arena(be_, layout_.total());
 
   const std::size_t BT = std::size_t(max_batch) * seq, d = m.hidden, hs = m.head_size();
   const std::size_t dl = local_heads_ * hs, fl = local_mlp_, Vl = local_vocab_;
   const std::size_t att = std::size_t(max_batch) * local_heads_ * seq * seq;
-  // Bump-allocate every activation from one arena: first count, then carve.
-  std::vector<std::pair<float**, std::size_t>> want;
-  auto add = [&](float*& p, std::size_t n) { want.emplace_back(&p, (n + 15) / 16 * 16); };
+  auto add = [&](float*& p, std::size_t n) { request(p, n); };
   add(encoded_, BT * d);
   acts_.resize(m.layers);
   for (auto& a : acts_) {
@@ -37,23 +26,7 @@ GptModel::GptModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, i
   add(ce_sums_, 2 * BT), add(losses_, BT);
   add(dres_, BT * d), add(dln_, BT * d), add(dqkv_, BT * 3 * dl), add(datty_, BT * dl), add(dfch_, BT * fl);
   add(dfch_gelu_, BT * fl), add(att_scratch_, att);
-  std::size_t total = 0;
-  for (auto& w : want) total += w.second;
-  act_arena_ = Arena(be_, total);
-  std::size_t off = 0;
-  for (auto& w : want) *w.first = act_arena_.data() + off, off += w.second;
-
-  tokens_ = be_.allocate_ints(BT);
-  targets_ = be_.allocate_ints(BT);
-  vocab_rows_ = be_.allocate_ints(m.vocab);
-  const std::vector<int> rows = tp.vocab.local_rows(tp_rank);
-  be_.ints_from_host(vocab_rows_, rows.data(), rows.size());
-  host_losses_.resize(BT);
-}
-
-void GptModel::set_tp_comm(Comm& tp) {
-  if (tp.size() != layout_.tp().degree()) throw std::invalid_argument("TP communicator size does not match the layout");
-  tp_ = &tp;
+  carve();
 }
 
 double GptModel::local_forward_flops(int B) const {
@@ -63,34 +36,12 @@ double GptModel::local_forward_flops(int B) const {
   return m_.layers * per_layer + 2 * BT * d * Vl;
 }
 
-GptModel::~GptModel() {
-  be_.release_ints(tokens_);
-  be_.release_ints(targets_);
-  be_.release_ints(vocab_rows_);
-}
-
-void GptModel::init_params(unsigned long long seed) {
-  std::vector<float> host;
-  for (int t = 0; t < layout_.tensor_count(); ++t) {
-    const auto& slot = layout_.slot(t);
-    host.resize(slot.elems);
-    init_tensor_units(host.data(), m_, layout_.specs()[t], t, slot.units, seed);
-    be_.from_host(param(t), host.data(), host.size());
-  }
-}
-
 double GptModel::forward(const int* tokens, const int* targets, int B) {
-  if (B < 1 || B > max_batch_)
-    throw std::invalid_argument("batch " + std::to_string(B) + " outside [1, " + std::to_string(max_batch_) + "]");
-  if (!clock_) clock_ = &own_clock_;
+  const TpContext tp = begin_forward(tokens, targets, B);
   PhaseScope phase(*clock_, Phase::Forward);
   const double compute0 = clock_->elapsed(Phase::Forward);
-  const TpContext tp{be_, *tp_, clock_, pacer_};
-  B_ = B;
   const int T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
-  be_.ints_from_host(tokens_, tokens, BT);
-  be_.ints_from_host(targets_, targets, BT);
 
   vocab_parallel_embedding_forward(tp, encoded_, tokens_, param(kWte), vocab_rows_, param(kWpe), B, T, d);
   for (int l = 0; l < m_.layers; ++l) {
@@ -114,18 +65,15 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
   column_parallel_forward(tp, logits_, lnf_, param(kWte), nullptr, BT, d, Vl);
   vocab_parallel_cross_entropy_forward(tp, losses_, ce_max_, ce_sums_, logits_, targets_, vocab_rows_, BT, Vl);
 
-  be_.to_host(host_losses_.data(), losses_, BT);
-  double sum = 0.0;
-  for (int i = 0; i < BT; ++i) sum += host_losses_[i];
+  const double sum = sum_losses(losses_, BT);
   if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
   return sum;
 }
 
 void GptModel::backward(float dloss, BackwardObserver* observer) {
-  if (B_ == 0) throw std::logic_error("backward() before forward()");
+  const TpContext tp = begin_backward();
   PhaseScope phase(*clock_, Phase::Backward);
   const double compute0 = clock_->elapsed(Phase::Backward);
-  const TpContext tp{be_, *tp_, clock_, pacer_};
   const int B = B_, T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
 

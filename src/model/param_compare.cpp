@@ -12,7 +12,7 @@ namespace ntp {
 
 ParamDiff compare_params(const ModelConfig& m, const std::vector<std::vector<float>>& a,
                          const std::vector<std::vector<float>>& b, double bound) {
-  const auto specs = gpt2_tensors(m);
+  const auto specs = model_tensors(m);
   if (a.size() != specs.size() || b.size() != specs.size())
     throw std::invalid_argument("compare_params: tensor count mismatch");
   ParamDiff d;

@@ -34,7 +34,7 @@ struct ParamDiff {
   std::string describe() const;
 };
 
-// a, b: canonical full tensors in gpt2_tensors() order.
+// a, b: canonical full tensors in model_tensors() order.
 ParamDiff compare_params(const ModelConfig& m, const std::vector<std::vector<float>>& a,
                          const std::vector<std::vector<float>>& b, double key_bias_bound);
 

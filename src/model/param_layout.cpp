@@ -9,7 +9,7 @@ namespace ntp {
 long TensorSpec::full_elems(const ModelConfig& m) const {
   switch (dim) {
     case ShardDim::Replicated: return unit_elems;
-    case ShardDim::Heads: return unit_elems * m.heads;
+    case ShardDim::Heads: return unit_elems * m.head_units();
     case ShardDim::Mlp: return unit_elems * m.mlp();
     case ShardDim::Vocab: return unit_elems * m.vocab;
   }
@@ -41,14 +41,45 @@ std::vector<TensorSpec> gpt2_tensors(const ModelConfig& m) {
   }
   t.push_back({"ln_f.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
   t.push_back({"ln_f.bias", ShardDim::Replicated, d, {d}, false, 0, 0});
+  for (std::size_t i = 2; i < t.size() - 2; ++i) t[i].layer = static_cast<int>((i - 2) / kPerLayer);
   return t;
 }
 
+std::vector<TensorSpec> llama_tensors(const ModelConfig& m) {
+  const long d = m.hidden, hs = m.head_size(), f = m.mlp(), V = m.vocab, H = m.heads, G = m.kv();
+  const long qg = m.q_per_kv() * hs;  // query rows of one KV group
+  const float std_w = 0.02f, std_proj = 0.02f / std::sqrt(2.0f * m.layers);
+  std::vector<TensorSpec> t;
+  t.push_back({"model.embed_tokens.weight", ShardDim::Vocab, d, {V, d}, true, std_w, 0});
+  for (int l = 0; l < m.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::size_t first = t.size();
+    t.push_back({p + "input_layernorm.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
+    t.push_back({p + "self_attn.q_proj.weight", ShardDim::Heads, qg * d, {H * hs, d}, true, std_w, 0});
+    t.push_back({p + "self_attn.k_proj.weight", ShardDim::Heads, hs * d, {G * hs, d}, true, std_w, 0});
+    t.push_back({p + "self_attn.v_proj.weight", ShardDim::Heads, hs * d, {G * hs, d}, true, std_w, 0});
+    t.push_back({p + "self_attn.o_proj.weight", ShardDim::Heads, qg * d, {d, H * hs}, true, std_proj, 0});
+    t.push_back({p + "post_attention_layernorm.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
+    t.push_back({p + "mlp.gate_proj.weight", ShardDim::Mlp, d, {f, d}, true, std_w, 0});
+    t.push_back({p + "mlp.up_proj.weight", ShardDim::Mlp, d, {f, d}, true, std_w, 0});
+    t.push_back({p + "mlp.down_proj.weight", ShardDim::Mlp, d, {d, f}, true, std_proj, 0});
+    for (std::size_t i = first; i < t.size(); ++i) t[i].layer = l;
+  }
+  t.push_back({"model.norm.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
+  t.push_back({"lm_head.weight", ShardDim::Vocab, d, {V, d}, true, std_w, 0});
+  return t;
+}
+
+std::vector<TensorSpec> model_tensors(const ModelConfig& m) {
+  return m.family == Family::Llama ? llama_tensors(m) : gpt2_tensors(m);
+}
+
 ParamLayout::ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank)
-    : model_(m), tp_(tp), tp_rank_(tp_rank), specs_(gpt2_tensors(m)) {
-  if (m.hidden % m.heads != 0)
-    throw std::invalid_argument("hidden size " + std::to_string(m.hidden) + " is not a multiple of the head count " +
-                                std::to_string(m.heads));
+    : model_(m), tp_(tp), tp_rank_(tp_rank), specs_(model_tensors(m)) {
+  validate_model(m);
+  if (tp.heads.units() != m.head_units())
+    throw std::invalid_argument("TP layout splits " + std::to_string(tp.heads.units()) + " attention units, the " +
+                                family_name(m.family) + " model has " + std::to_string(m.head_units()));
   for (const auto& s : specs_) {
     TensorSlot slot;
     slot.offset = total_;
@@ -70,7 +101,13 @@ void for_each_pair(const ModelConfig& m, const TensorSpec& s, F f) {
   const long d = m.hidden, hs = m.head_size(), H = m.heads, fm = m.mlp();
   const bool qkv_w = s.name.ends_with("attn.c_attn.weight"), qkv_b = s.name.ends_with("attn.c_attn.bias");
   const bool fc_w = s.name.ends_with("mlp.c_fc.weight");
-  if (qkv_w || qkv_b) {
+  // Llama's row-parallel weights: canonical [in, out], Hugging Face [out, in].
+  const bool row_w = s.name.ends_with("self_attn.o_proj.weight") || s.name.ends_with("mlp.down_proj.weight");
+  if (row_w) {
+    const long in = s.hf_shape[1], out = s.hf_shape[0];
+    for (long i = 0; i < in; ++i)
+      for (long o = 0; o < out; ++o) f(i * out + o, o * in + i);
+  } else if (qkv_w || qkv_b) {
     const long cols = qkv_w ? d : 1;
     for (long h = 0; h < H; ++h)
       for (long p = 0; p < 3; ++p)

@@ -17,18 +17,24 @@
 namespace ntp {
 
 struct TensorSpec {
-  std::string name;            // Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
+  std::string name;            // Hugging Face name, e.g. "h.3.attn.c_attn.weight", "model.norm.weight"
   ShardDim dim;                // which shard map splits it
   long unit_elems;             // floats per unit (whole tensor when replicated)
   std::vector<long> hf_shape;  // shape as Hugging Face stores it
   bool decay;                  // AdamW weight decay applies (2-D tensors)
   float init_std;              // normal(0, init_std), or the constant init_value when 0
   float init_value;
+  int layer = -1;              // transformer layer it belongs to, -1 for embeddings, heads, final norm
   long full_elems(const ModelConfig& m) const;
 };
 
 // The tensors of a GPT-2 model, in arena order: wte, wpe, 12 per layer, ln_f.weight, ln_f.bias.
 std::vector<TensorSpec> gpt2_tensors(const ModelConfig& m);
+// The tensors of a Llama model, in arena order: model.embed_tokens, 9 per layer, model.norm,
+// lm_head. Attention tensors shard by KV group (ShardDim::Heads has m.head_units() units).
+std::vector<TensorSpec> llama_tensors(const ModelConfig& m);
+// The model's family's tensors.
+std::vector<TensorSpec> model_tensors(const ModelConfig& m);
 
 // Index of a layer's tensors within gpt2_tensors(); kind is one of the LayerTensor values.
 enum LayerTensor {
@@ -38,6 +44,13 @@ constexpr int kWte = 0, kWpe = 1;
 inline int layer_tensor(int layer, LayerTensor t) { return 2 + layer * kPerLayer + t; }
 inline int lnf_weight(const ModelConfig& m) { return 2 + m.layers * kPerLayer; }
 inline int lnf_bias(const ModelConfig& m) { return 3 + m.layers * kPerLayer; }
+
+// Index of a Llama layer's tensors within llama_tensors().
+enum LlamaTensor { kAttnNorm, kQ, kK, kV, kO, kMlpNorm, kGate, kUp, kDown, kLlamaPerLayer };
+constexpr int kEmbedTokens = 0;
+inline int llama_tensor(int layer, LlamaTensor t) { return 1 + layer * kLlamaPerLayer + t; }
+inline int llama_norm(const ModelConfig& m) { return 1 + m.layers * kLlamaPerLayer; }
+inline int llama_lm_head(const ModelConfig& m) { return 2 + m.layers * kLlamaPerLayer; }
 
 struct TensorSlot {
   std::size_t offset;      // in floats, within the arena

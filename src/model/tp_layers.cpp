@@ -41,16 +41,25 @@ void column_parallel_backward(const TpContext& tp, float* dinp, float* dw, float
   tp.allreduce_sum(dinp, n);
 }
 
+void column_parallel_backward(const TpContext& tp, float* dinp, const float* inp, int BT, int C,
+                              std::initializer_list<ColumnPart> parts) {
+  const std::size_t n = std::size_t(BT) * C;
+  tp.be.zero(dinp, n);
+  for (const auto& p : parts)
+    tp.be.matmul_backward(dinp, p.dw, nullptr, p.dout, inp, p.w, BT, C, p.OCl, WeightLayout::OutIn);
+  tp.allreduce_sum(dinp, n);
+}
+
 void row_parallel_forward(const TpContext& tp, float* out, const float* inp, const float* w, const float* b, int BT,
                           int Cl, int OC) {
   tp.be.matmul_forward(out, inp, w, nullptr, BT, Cl, OC, WeightLayout::InOut);
   tp.allreduce_sum(out, std::size_t(BT) * OC);
-  tp.be.bias_forward(out, b, BT, OC);
+  if (b) tp.be.bias_forward(out, b, BT, OC);
 }
 
 void row_parallel_backward(const TpContext& tp, float* dinp, float* dw, float* db, const float* dout,
                            const float* inp, const float* w, int BT, int Cl, int OC) {
-  tp.be.bias_backward(db, dout, BT, OC);
+  if (db) tp.be.bias_backward(db, dout, BT, OC);
   tp.be.zero(dinp, std::size_t(BT) * Cl);
   tp.be.matmul_backward(dinp, dw, nullptr, dout, inp, w, BT, Cl, OC, WeightLayout::InOut);
 }
@@ -59,13 +68,13 @@ void vocab_parallel_embedding_forward(const TpContext& tp, float* out, const int
                                       const int* local_row, const float* wpe, int B, int T, int C) {
   tp.be.embedding_forward(out, tokens, wte, local_row, B * T, C);
   tp.allreduce_sum(out, std::size_t(B) * T * C);
-  tp.be.position_embedding_forward(out, wpe, B, T, C);
+  if (wpe) tp.be.position_embedding_forward(out, wpe, B, T, C);
 }
 
 void vocab_parallel_embedding_backward(const TpContext& tp, float* dwte, float* dwpe, const float* dout,
                                        const int* tokens, const int* local_row, int B, int T, int C) {
   tp.be.embedding_backward(dwte, dout, tokens, local_row, B * T, C);
-  tp.be.position_embedding_backward(dwpe, dout, B, T, C);
+  if (dwpe) tp.be.position_embedding_backward(dwpe, dout, B, T, C);
 }
 
 void vocab_parallel_cross_entropy_forward(const TpContext& tp, float* losses, float* row_max, float* sums,

@@ -5,6 +5,7 @@
 //   g: all-reduce forward, identity backward   (behind a row-parallel layer)
 // The model composes these; the tests compare each with its unsharded self.
 #include <cstddef>
+#include <initializer_list>
 
 #include "backend.hpp"
 #include "comm.hpp"
@@ -31,15 +32,28 @@ void column_parallel_forward(const TpContext& tp, float* out, const float* inp, 
 void column_parallel_backward(const TpContext& tp, float* dinp, float* dw, float* db, const float* dout,
                               const float* inp, const float* w, int BT, int C, int OCl);
 
+// Several column-parallel layers reading the same input (Llama's q, k, v, and gate, up): each
+// part's dw accumulates, and dinp[BT, C] is overwritten with the sum of the parts' input gradients,
+// all-reduced once.
+struct ColumnPart {
+  const float* dout;  // [BT, OCl]
+  const float* w;     // [OCl, C]
+  float* dw;
+  int OCl;
+};
+void column_parallel_backward(const TpContext& tp, float* dinp, const float* inp, int BT, int C,
+                              std::initializer_list<ColumnPart> parts);
+
 // Row-parallel: out[BT, OC] = allreduce(inp[BT, Cl] @ W) + b, W [Cl, OC] the rank's input rows;
-// the bias (replicated) is added once, after the reduction.
+// the bias (replicated; null for none) is added once, after the reduction.
 void row_parallel_forward(const TpContext& tp, float* out, const float* inp, const float* w, const float* b, int BT,
                           int Cl, int OC);
-// dinp[BT, Cl] overwritten (g backward is the identity); dw, db accumulate.
+// dinp[BT, Cl] overwritten (g backward is the identity); dw, db (null for none) accumulate.
 void row_parallel_backward(const TpContext& tp, float* dinp, float* dw, float* db, const float* dout,
                            const float* inp, const float* w, int BT, int Cl, int OC);
 
-// Vocabulary-parallel embedding: out = allreduce(rows this rank owns) + wpe[t].
+// Vocabulary-parallel embedding: out = allreduce(rows this rank owns) + wpe[t] (wpe, dwpe null:
+// no position table, as Llama).
 void vocab_parallel_embedding_forward(const TpContext& tp, float* out, const int* tokens, const float* wte,
                                       const int* local_row, const float* wpe, int B, int T, int C);
 void vocab_parallel_embedding_backward(const TpContext& tp, float* dwte, float* dwpe, const float* dout,

@@ -23,7 +23,7 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
   if (uniform_) return;
   const int n = cfg.replicas[replica].degree();
   const ModelConfig& m = layout.model();
-  const int units[3] = {m.heads, m.mlp(), m.vocab};
+  const int units[3] = {m.head_units(), m.mlp(), m.vocab};
   std::vector<ReshardPlan> to, from;
   for (int k = 0; k < 3; ++k) {
     const auto& owners = layout.tp().map(kDims[k]).owners();
@@ -61,8 +61,8 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
   const int L = m.layers;
   buckets_.resize(L + 1);
   for (int t = 0; t < layout.tensor_count(); ++t) {
-    const int first = layer_tensor(0, LayerTensor(0)), end = layer_tensor(L, LayerTensor(0));
-    auto& bk = buckets_[t >= first && t < end ? L - 1 - (t - first) / kPerLayer : L];
+    const int layer = layout.specs()[t].layer;
+    auto& bk = buckets_[layer >= 0 ? L - 1 - layer : L];
     const std::size_t len = (t + 1 < layout.tensor_count() ? chunk_offset_[t + 1] : off) - chunk_offset_[t];
     if (!bk.tensors.empty() && bk.tensors.back() == t - 1)
       bk.ranges.back().second += len;

@@ -43,11 +43,12 @@ ShardMap chunk_map(int units, int n, int n2) {
 }
 
 TpLayout core_extra_layout(const ModelConfig& m, int n, int n2) {
-  return TpLayout{core_extra_map(m.heads, n, n2), core_extra_map(m.mlp(), n, n2), core_extra_map(m.vocab, n, n2)};
+  return TpLayout{core_extra_map(m.head_units(), n, n2), core_extra_map(m.mlp(), n, n2),
+                  core_extra_map(m.vocab, n, n2)};
 }
 
 TpLayout chunk_layout(const ModelConfig& m, int n, int n2) {
-  return TpLayout{chunk_map(m.heads, n, n2), chunk_map(m.mlp(), n, n2), chunk_map(m.vocab, n, n2)};
+  return TpLayout{chunk_map(m.head_units(), n, n2), chunk_map(m.mlp(), n, n2), chunk_map(m.vocab, n, n2)};
 }
 
 }  // namespace ntp

@@ -9,8 +9,9 @@ nlohmann::json to_json(const Options& o) {
   return {
       {"preset", o.preset},
       {"model",
-       {{"vocab", o.model.vocab}, {"context", o.model.context}, {"layers", o.model.layers}, {"heads", o.model.heads},
-        {"hidden", o.model.hidden}}},
+       {{"family", family_name(o.model.family)}, {"vocab", o.model.vocab}, {"context", o.model.context},
+        {"layers", o.model.layers}, {"heads", o.model.heads}, {"hidden", o.model.hidden},
+        {"kv_heads", o.model.kv()}, {"ffn", o.model.mlp()}, {"rope_theta", o.model.rope_theta}}},
       {"seq", o.seq},
       {"tp", o.tp},
       {"micro_batch", o.micro_batch},
@@ -49,6 +50,13 @@ Options options_from_json(const nlohmann::json& j) {
   o.preset = j.at("preset");
   const auto& m = j.at("model");
   o.model = {m.at("vocab"), m.at("context"), m.at("layers"), m.at("heads"), m.at("hidden")};
+  // Results written before the Llama family record no family: GPT-2.
+  o.model.family = parse_family(m.value("family", std::string("gpt2")));
+  if (o.model.family == Family::Llama) {
+    o.model.kv_heads = m.at("kv_heads");
+    o.model.ffn = m.at("ffn");
+    o.model.rope_theta = m.at("rope_theta");
+  }
   o.seq = j.at("seq");
   o.tp = j.at("tp");
   o.micro_batch = j.at("micro_batch");

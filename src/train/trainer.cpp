@@ -99,8 +99,8 @@ void Trainer::build_comms() {
   slot_ = device_capable(group_->split(q >= 0 && idx < cfg_.n2 ? idx : -1, q));
 }
 
-std::unique_ptr<GptModel> Trainer::make_model(const ReplicaPlan& rp, int tp_index) {
-  auto m = std::make_unique<GptModel>(*backend_, o_.model, rp.layout, tp_index, *tp_, max_batch_, o_.seq);
+std::unique_ptr<Model> Trainer::make_model(const ReplicaPlan& rp, int tp_index) {
+  auto m = ntp::make_model(*backend_, o_.model, rp.layout, tp_index, *tp_, max_batch_, o_.seq);
   m->set_clock(&clock_);
   m->set_pacer(&pacer_);
   return m;

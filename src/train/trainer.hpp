@@ -17,7 +17,7 @@
 #include "configuration.hpp"
 #include "data.hpp"
 #include "fault.hpp"
-#include "gpt_model.hpp"
+#include "model.hpp"
 #include "grad_sync.hpp"
 #include "optimizer.hpp"
 #include "options.hpp"
@@ -109,7 +109,7 @@ class Trainer {
   bool training() const { return model_ != nullptr; }
   long long cursor() const { return cursor_; }
   int steps_taken() const { return steps_; }
-  GptModel& model() { return *model_; }
+  Model& model() { return *model_; }
   AdamW& optimizer() { return *opt_; }
   const DataSource& data() const { return *data_; }
   PhaseClock& clock() { return clock_; }
@@ -129,7 +129,7 @@ class Trainer {
  private:
   void build_comms();
   void gradients(const std::vector<int>& batch, StepResult& r, const std::function<void(StepPoint)>& at);
-  std::unique_ptr<GptModel> make_model(const ReplicaPlan& rp, int tp_index);
+  std::unique_ptr<Model> make_model(const ReplicaPlan& rp, int tp_index);
   void restore(Recovery& rec);
   bool current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
                               const std::vector<char>& alive) const;
@@ -149,7 +149,7 @@ class Trainer {
   Configuration cfg_;
   std::vector<char> valid_;  // per replica: its state is current (it trained the last step)
   std::unique_ptr<Comm> live_, tp_, train_, slot_;  // live ranks, my replica, all trainers, my sync slot
-  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<GradSync> sync_;
   long long cursor_ = 0;

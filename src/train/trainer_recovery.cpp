@@ -60,7 +60,7 @@ struct HealView {
 };
 
 // Tensor t's weights and both AdamW moments in a model's arena (all null without a model).
-std::array<float*, 3> state_of(GptModel* model, AdamW* opt, int t) {
+std::array<float*, 3> state_of(Model* model, AdamW* opt, int t) {
   if (!model) return {nullptr, nullptr, nullptr};
   const std::size_t off = model->layout().slot(t).offset;
   return {model->params() + off, opt->m() + off, opt->v() + off};
@@ -73,7 +73,7 @@ struct HealExchange {
 };
 
 // One segment per sharded dimension: every unit from its source to the target's owner.
-void add_sharded_parts(const HealView& v, int q, GptModel* held, AdamW* held_opt, GptModel* fresh, AdamW* fresh_opt,
+void add_sharded_parts(const HealView& v, int q, Model* held, AdamW* held_opt, Model* fresh, AdamW* fresh_opt,
                        int live_me, int live_size, HealExchange& x) {
   const auto& target = v.new_cfg.replicas[q];
   for (int k = 0; k < 3; ++k) {
@@ -101,7 +101,7 @@ void add_sharded_parts(const HealView& v, int q, GptModel* held, AdamW* held_opt
 
 // One segment for the replicated tensors: one copy per rank of the target, each from the rank
 // itself when it holds a current copy, else from the donor.
-void add_replicated_part(const HealView& v, int q, GptModel* held, AdamW* held_opt, GptModel* fresh, AdamW* fresh_opt,
+void add_replicated_part(const HealView& v, int q, Model* held, AdamW* held_opt, Model* fresh, AdamW* fresh_opt,
                          int live_me, int live_size, HealExchange& x) {
   const auto& target = v.new_cfg.replicas[q];
   const int n = target.degree();
@@ -147,7 +147,7 @@ std::vector<char> changed_replicas(const Configuration& old_cfg, const std::vect
 bool Trainer::current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
                                      const std::vector<char>& alive) const {
   const ModelConfig& m = o_.model;
-  std::vector<char> held[3] = {std::vector<char>(m.heads, 0), std::vector<char>(m.mlp(), 0),
+  std::vector<char> held[3] = {std::vector<char>(m.head_units(), 0), std::vector<char>(m.mlp(), 0),
                                std::vector<char>(m.vocab, 0)};
   bool any = false;
   for (int q = 0; q < topo_.replicas; ++q) {
@@ -231,14 +231,14 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
     return;
   }
   HealView v{old_cfg, old_valid, cfg_, std::vector<int>(n_, kNowhere), me, false, cfg_.replica_of(me),
-             gpt2_tensors(o_.model)};
+             model_tensors(o_.model)};
   for (int r = 0, k = 0; r < n_; ++r)  // live_ is split ordered by logical rank
     if (cfg_.alive[r]) v.live_rank[r] = k++;
   const int my_old_q = old_cfg.replica_of(me);
   v.i_hold = my_old_q >= 0 && old_valid[my_old_q] && cfg_.alive[me] && model_;
 
   const std::vector<char> changed = changed_replicas(old_cfg, old_valid, cfg_);
-  std::unique_ptr<GptModel> fresh;
+  std::unique_ptr<Model> fresh;
   std::unique_ptr<AdamW> fresh_opt;
   if (v.new_q >= 0 && changed[v.new_q]) {
     fresh = make_model(cfg_.replicas[v.new_q], cfg_.tp_index_of(me));

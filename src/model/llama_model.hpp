@@ -1,0 +1,45 @@
+#pragma once
+// Llama forward and backward on one rank of a tensor-parallel group (Megatron's split, as GPT-2):
+//   column-parallel q_proj, k_proj, v_proj by KV group (a KV head and its query heads stay on one
+//   rank), and gate_proj, up_proj by FFN column: one all-reduce of the input gradient per group of
+//   projections in the backward;
+//   row-parallel o_proj and down_proj: one all-reduce each in the forward, no biases;
+//   RMSNorm, rotary positions applied to q and k on each rank's own heads, grouped-query attention
+//   through the multi-head kernel (gqa_pack), SwiGLU;
+//   vocabulary-parallel embedding (no position table), untied vocabulary-parallel LM head and
+//   cross-entropy.
+#include <vector>
+
+#include "model.hpp"
+
+namespace ntp {
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm, int max_batch,
+             int seq);
+
+  double forward(const int* tokens, const int* targets, int B) override;
+  void backward(float dloss, BackwardObserver* observer = nullptr) override;
+  double local_forward_flops(int B) const override;
+
+ private:
+  // What the backward needs of each layer.
+  struct LayerActs {
+    float *ln1, *rstd1, *qkv, *atty, *att, *res2, *ln2, *rstd2, *gate, *up, *h, *res3;
+  };
+  const float* layer_input(int l) const { return l == 0 ? encoded_ : acts_[l - 1].res3; }
+  void attention_forward(const TpContext& tp, int l, int B);
+  void mlp_forward(const TpContext& tp, int l, int B);
+  void mlp_backward(const TpContext& tp, int l, int B);
+  void attention_backward(const TpContext& tp, int l, int B);
+
+  int local_groups_, local_heads_, local_mlp_, local_vocab_;
+  float *encoded_, *lnf_, *rstdf_, *logits_, *ce_max_, *ce_sums_, *losses_;
+  std::vector<LayerActs> acts_;
+  // Scratch shared by the layers: the projections before packing (forward) or after unpacking
+  // (backward), a row-parallel output, and the backward's gradients.
+  float *q_, *k_, *v_, *proj_, *dres_, *dln_, *dqkv_, *datty_, *dh_, *dgate_, *dup_, *att_scratch_;
+};
+
+}  // namespace ntp

@@ -1,0 +1,93 @@
+#pragma once
+// A decoder-only model on one rank of a tensor-parallel group: what every family shares (the
+// parameter and gradient arenas laid out by ParamLayout, the TP group, the token buffers, the
+// clocks) and the step interface the trainer drives. GptModel and LlamaModel implement the
+// forward and backward; make_model picks one by ModelConfig::family.
+#include <cstddef>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "arena.hpp"
+#include "backend.hpp"
+#include "backward_observer.hpp"
+#include "comm.hpp"
+#include "pacer.hpp"
+#include "param_layout.hpp"
+#include "phase_clock.hpp"
+#include "tp_layers.hpp"
+
+namespace ntp {
+
+class Model {
+ public:
+  virtual ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ParamLayout& layout() const { return layout_; }
+  const ModelConfig& config() const { return m_; }
+  Backend& backend() { return be_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  float* param(int tensor) { return params_.data() + layout_.slot(tensor).offset; }
+  float* grad(int tensor) { return grads_.data() + layout_.slot(tensor).offset; }
+  std::size_t param_count() const { return layout_.total(); }
+  int seq() const { return T_; }
+  int max_batch() const { return max_batch_; }
+
+  // Layout-independent initial weights (see init_tensor_units).
+  void init_params(unsigned long long seed);
+  void zero_grads() { grads_.zero(); }
+
+  // Forward over B sequences of T tokens (host arrays, B*T each). Returns the sum of the B*T
+  // token losses; every rank of the TP group returns the same value.
+  virtual double forward(const int* tokens, const int* targets, int B) = 0;
+  // Backward of the last forward, each token's loss weighted by dloss (1 / tokens of the global
+  // batch). Accumulates into grads(); `observer`, when given, hears as each layer's are final.
+  virtual void backward(float dloss, BackwardObserver* observer = nullptr) = 0;
+  // FLOPs of this rank's share of one forward pass over B sequences (backward: twice this).
+  virtual double local_forward_flops(int B) const = 0;
+
+  void set_clock(PhaseClock* clock) { clock_ = clock; }
+  void set_pacer(Pacer* pacer) { pacer_ = pacer; }
+  // The TP group (rebuilt at every membership change); its size must stay the layout's degree.
+  void set_tp_comm(Comm& tp);
+
+ protected:
+  // tp: the replica's TP group (size == layout degree); max_batch, seq: the largest B and the T.
+  Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm, int max_batch,
+        int seq);
+
+  // Activation views: request(&p, n) for each, then carve() allocates one arena and points them in.
+  void request(float*& p, std::size_t n) { want_.emplace_back(&p, (n + 15) / 16 * 16); }
+  void carve();
+  // Checks B, uploads the tokens and targets; returns the TP context of the step's phase.
+  TpContext begin_forward(const int* tokens, const int* targets, int B);
+  TpContext begin_backward();
+  // Sum of the B*T token losses in `losses` (backend memory).
+  double sum_losses(const float* losses, int BT);
+
+  Backend& be_;
+  ModelConfig m_;
+  ParamLayout layout_;
+  Comm* tp_;
+  int max_batch_, T_;
+  Arena params_, grads_, act_arena_;
+  // Token ids and the vocabulary's global->local row table, in backend memory.
+  int *tokens_ = nullptr, *targets_ = nullptr, *vocab_rows_ = nullptr;
+  int B_ = 0;  // batch of the last forward
+  PhaseClock* clock_ = nullptr;
+  PhaseClock own_clock_;
+  Pacer* pacer_ = nullptr;
+
+ private:
+  std::vector<std::pair<float**, std::size_t>> want_;
+  std::vector<float> host_losses_;
+};
+
+// The model of m.family on this rank (arguments as Model's constructor).
+std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank,
+                                  Comm& tp_comm, int max_batch, int seq);
+
+}  // namespace ntp
