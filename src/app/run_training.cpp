@@ -6,6 +6,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fault.hpp"
 #include "run.hpp"
@@ -107,6 +108,18 @@ void settle_revivals_across_hosts(Options& o, const std::vector<std::string>& ho
   if (root) fmt::print("note: kills are fenced (--kill-mode fence): {}\n", why);
 }
 
+// A TP group whose ranks sit on different hosts sends its activations over the network between
+// nodes: almost always a placement mistake (jobs/slurm/ntpbench.sbatch packs TP groups in nodes).
+void note_tp_groups_across_hosts(const Options& o, const std::vector<std::string>& hosts) {
+  for (std::size_t g = 0; g + o.tp <= hosts.size(); g += o.tp) {
+    const std::set<std::string> on(hosts.begin() + g, hosts.begin() + g + o.tp);
+    if (on.size() > 1)
+      fmt::print("note: the TP group of ranks {}..{} spans hosts {}: its all-reduces cross the network between "
+                 "nodes (place ranks in blocks of --tp per node, e.g. mpirun --map-by ppr:K:node)\n",
+                 g, g + o.tp - 1, fmt::join(on, ", "));
+  }
+}
+
 int run_training(Options o, Comm& world) {
   const bool root = world.rank() == 0;
   const bool mode_chosen = !o.kill_mode.empty();
@@ -116,6 +129,7 @@ int run_training(Options o, Comm& world) {
   std::vector<std::string> hosts = job_hosts(world);
   Schedule schedule = validate_schedule(o, hosts);
   settle_revivals_across_hosts(o, hosts, schedule, mode_chosen, root);
+  if (root) note_tp_groups_across_hosts(o, hosts);
   if (o.check) {
     if (root)
       fmt::print("ntpbench --check: OK: {} ranks = {} replicas x TP {}, model {} ({:.2f}M params), {} steps, policy "
