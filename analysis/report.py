@@ -64,13 +64,25 @@ def failure_events(run) -> list[dict]:
     return out
 
 
+def rank_ranges(ranks: list[int]) -> str:
+    """[3, 4, 5, 6, 7, 9] -> '3-7,9'."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ",".join(parts)
+
+
 def format_failures(path: str, events: list[dict]) -> str:
     lines = [f"failures in {path} (one rank = one GPU):",
-             f"  {'step':>5}  {'GPUs lost':>9}  {'ranks':<20}  {'hosts (ranks lost)':<24}  {'whole nodes':<12}  replicas out"]
+             f"  {'step':>5}  {'GPUs lost':>9}  {'ranks':<12}  {'hosts (ranks lost)':<24}  {'whole nodes':<12}  replicas out"]
     for e in events:
-        ranks = ",".join(map(str, e["ranks"]))
+        ranks = rank_ranges(e["ranks"])
         hosts = ", ".join(f"{h} ({n})" for h, n in e["hosts"].items())
-        lines.append(f"  {e['step']:>5}  {e['gpus_lost']:>9}  {ranks:<20}  {hosts:<24}  "
+        lines.append(f"  {e['step']:>5}  {e['gpus_lost']:>9}  {ranks:<12}  {hosts:<24}  "
                      f"{','.join(e['whole_nodes']) or '-':<12}  {','.join(map(str, e['whole_replicas'])) or '-'}")
     return "\n".join(lines)
 
