@@ -16,8 +16,8 @@
 # Names: Slurm reaches every node by address (NodeAddr=10.77.0.K) and Open MPI exchanges addresses,
 # so nothing needs the names resolved in the root namespace. Inside a node, DIR/hosts (the machine's
 # /etc/hosts plus one line per node) is bind-mounted over /etc/hosts in that node's private mount
-# namespace (the one `ip netns exec` creates): the machine's /etc/hosts is never written, and
-# nothing is created under /etc.
+# namespace (cluster-exec.sh makes one per command it runs on a node, as `unshare --mount`): the
+# machine's /etc/hosts is never written, and nothing is created under /etc.
 #
 # One slurmctld (root namespace, listening on the bridge address too), one slurmd per node started
 # inside its namespaces with -N nodeK, a private munged shared by all. The machine's cores are split
