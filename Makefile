@@ -41,6 +41,8 @@ APT_PACKAGES := build-essential cmake pkg-config git \
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev \
   python3 python3-venv python3-pip \
   slurm-wlm munge
+# iproute2 (ip netns, veth, bridges) and util-linux (nsenter, unshare, taskset): tests/cluster/.
+APT_PACKAGES += iproute2 util-linux
 # patchelf: `make gpu-bundle` points the bundle's binaries at its own lib/ (jobs/gpu/make_bundle.sh).
 APT_PACKAGES += patchelf
 
@@ -49,7 +51,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system demo clean help bench bench-bestblas
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster demo clean help bench bench-bestblas
 
 all: build
 
@@ -58,6 +60,7 @@ help:
 	@echo "make build   configure and build into $(BUILD)/ (MPI=system: Debian's Open MPI, into build-system/)"
 	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
 	@echo "make test-system  fence-mode tests against Debian's Open MPI 4.1 (no ULFM), in build-system/"
+	@echo "make test-cluster the multi-node tests alone: a 3-node Slurm cluster in network namespaces (root)"
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
 	@echo "make gpu-bundle  build-gpu/ + gpu-bundle/: the GPU check's binaries (CUDA arch 90) and every library they need (jobs/gpu/README.md)"
@@ -94,6 +97,11 @@ build: $(BUILD)/CMakeCache.txt
 test: build py-deps
 	cd $(BUILD) && ctest --output-on-failure
 	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) $(PY) -m pytest -q tests/integration analysis/tests
+
+# Several nodes on this machine (tests/cluster/: network namespaces, one slurmd each); also part of
+# `make test`. NTPBENCH_REQUIRE_CLUSTER=1 makes a cluster that cannot start a failure.
+test-cluster: build py-deps
+	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) $(PY) -m pytest -q tests/integration/test_cluster.py
 
 # Fence mode on Debian's Open MPI 4.1 (no ULFM), built without CUDA and benchmarks into
 # build-system/: the unit tests, the policies end to end, the flags. CI runs it beside `make test`.

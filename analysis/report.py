@@ -38,6 +38,55 @@ COLUMNS = [
 ]
 
 
+def failure_events(run) -> list[dict]:
+    """One entry per failure: the `kill` events of one step. Ranks lost = GPUs lost (one rank per
+    GPU); their hosts (the root attribute `hosts`, each rank's host at job start), the hosts that
+    lost every rank they held (a node failure), and the replicas that lost every rank."""
+    ev = run.events
+    kills = ev[ev["kind"].astype(str) == "kill"] if len(ev) else ev
+    try:
+        hosts = json.loads(run.attrs.get("hosts", "[]"))
+    except (TypeError, ValueError):
+        hosts = []
+    out = []
+    for step, group in kills.groupby("step", sort=True):
+        ranks = sorted(int(r) for r in group["rank"])
+        on = {}
+        for r in ranks:
+            h = hosts[r] if r < len(hosts) else "?"
+            on.setdefault(h, []).append(r)
+        whole_nodes = [h for h, rs in on.items() if h != "?" and len(rs) == hosts.count(h)]
+        tp = max(run.tp, 1)
+        whole_replicas = sorted({r // tp for r in ranks if all(q in ranks for q in range(r // tp * tp, r // tp * tp + tp))})
+        out.append({"step": int(step), "ranks": ranks, "gpus_lost": len(ranks),
+                    "hosts": {h: len(rs) for h, rs in on.items()}, "whole_nodes": whole_nodes,
+                    "whole_replicas": whole_replicas})
+    return out
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """[3, 4, 5, 6, 7, 9] -> '3-7,9'."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ",".join(parts)
+
+
+def format_failures(path: str, events: list[dict]) -> str:
+    lines = [f"failures in {path} (one rank = one GPU):",
+             f"  {'step':>5}  {'GPUs lost':>9}  {'ranks':<12}  {'hosts (ranks lost)':<24}  {'whole nodes':<12}  replicas out"]
+    for e in events:
+        ranks = rank_ranges(e["ranks"])
+        hosts = ", ".join(f"{h} ({n})" for h, n in e["hosts"].items())
+        lines.append(f"  {e['step']:>5}  {e['gpus_lost']:>9}  {ranks:<12}  {hosts:<24}  "
+                     f"{','.join(e['whole_nodes']) or '-':<12}  {','.join(map(str, e['whole_replicas'])) or '-'}")
+    return "\n".join(lines)
+
+
 def run_row(path: str) -> tuple[dict, list[str]]:
     """The report row of one file and the problems found (empty when /summary agrees)."""
     run = load_run(path)
@@ -53,6 +102,7 @@ def run_row(path: str) -> tuple[dict, list[str]]:
            "tp": run.tp, "dp": run.dp, "ranks": run.ranks, "timing": run.attrs.get("timing", "?"),
            "complete": run.complete}
     row.update(rec)
+    row["failure_events"] = failure_events(run)
     row["status"] = status
     return row, problems
 
@@ -96,6 +146,10 @@ def main(args) -> int:
         failed |= bool(problems)
     if rows:
         print(format_table(rows))
+        for r in rows:
+            if r["failure_events"]:
+                print()
+                print(format_failures(r["file"], r["failure_events"]))
         incomplete = [r["file"] for r in rows if not r["complete"]]
         for f in incomplete:
             print(f"note: {f} has no /summary (run cut short): figures come from its completed steps; "

@@ -70,3 +70,20 @@ def test_help_lists_every_flag(capsys):
         out = capsys.readouterr().out
         for fl in flags:
             assert fl in out, (cmd, fl)
+
+
+def test_failure_events_count_lost_gpus_nodes_and_replicas():
+    """Kills grouped by step: GPUs (ranks) lost, their hosts, nodes lost whole, replicas out."""
+    from types import SimpleNamespace
+    from analysis.report import failure_events, format_failures
+    hosts = ["n1"] * 4 + ["n2"] * 4 + ["n3"] * 4
+    ev = pd.DataFrame({"step": [3, 8, 8, 8, 8, 8, 9], "kind": ["kill"] + ["kill"] * 5 + ["revive"],
+                       "rank": [1, 4, 5, 6, 7, 9, 1]})
+    run = SimpleNamespace(events=ev, attrs={"hosts": json.dumps(hosts)}, tp=4)
+    got = failure_events(run)
+    assert [(e["step"], e["gpus_lost"], e["hosts"], e["whole_nodes"], e["whole_replicas"]) for e in got] == [
+        (3, 1, {"n1": 1}, [], []),
+        (8, 5, {"n2": 4, "n3": 1}, ["n2"], [1]),
+    ]
+    table = format_failures("run.h5", got)
+    assert "4-7,9" in table and "n2 (4), n3 (1)" in table

@@ -120,7 +120,9 @@ void add_output_flags(CLI::App& app, Options& o) {
 }
 
 void add_failure_and_timing_flags(CLI::App& app, Options& o) {
-  app.add_option("--schedule", o.schedule, "Failure schedule (YAML: events to kill/revive ranks, and/or a random generator)")
+  app.add_option("--schedule", o.schedule,
+                 "Failure schedule (YAML: events to kill/revive ranks or every rank of a host, kill_node/revive_node, "
+                 "and/or a random generator)")
       ->check(CLI::ExistingFile);
   app.add_option("--policy", o.policy,
                  "Recovery policy: dp-drop (a damaged replica stops), ntp (it runs at reduced TP with a smaller "
@@ -131,7 +133,8 @@ void add_failure_and_timing_flags(CLI::App& app, Options& o) {
                  "How a scheduled kill kills: signal (the rank's process dies by SIGKILL, at the event's `at:` phase; "
                  "the others learn it from MPI and repair with ULFM; needs Open MPI >= 5 and mpirun --with-ft "
                  "ulfm) or fence (the rank leaves the communicators and idles; any MPI). Default: signal where "
-                 "the job runs with ULFM, else fence")
+                 "the job runs with ULFM, else fence; also fence on a job of several hosts whose schedule revives "
+                 "ranks (Open MPI 5.0 cannot connect a process spawned there)")
       ->check(CLI::IsMember({"signal", "fence"}));
   app.add_option("--on-nonfinite", o.on_nonfinite,
                  "A non-finite loss or gradient norm, caught before the update touches any parameter: stop (record "

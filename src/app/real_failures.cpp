@@ -3,6 +3,7 @@
 // recorder moving to the next live rank.
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,7 +21,7 @@ nlohmann::json to_json(const JoinMessage& m) {
           {"valid", std::vector<int>(s.valid.begin(), s.valid.end())}, {"cursor", s.cursor},
           {"initial_cursor", s.initial_cursor}, {"steps", s.steps}, {"initial_steps", s.initial_steps},
           {"restore_path", s.restore_path}, {"last_checkpoint", m.last_checkpoint},
-          {"threads", m.options.threads}, {"recorder", m.recorder}};
+          {"threads", m.options.threads}, {"recorder", m.recorder}, {"hosts", m.hosts}};
 }
 
 JoinMessage join_message_from_json(const nlohmann::json& j) {
@@ -39,6 +40,7 @@ JoinMessage join_message_from_json(const nlohmann::json& j) {
   m.state.restore_path = j.at("restore_path");
   m.last_checkpoint = j.at("last_checkpoint");
   m.recorder = j.at("recorder");
+  m.hosts = j.at("hosts").get<std::vector<std::string>>();
   return m;
 }
 
@@ -68,8 +70,13 @@ void TrainingRun::adopt(std::unique_ptr<Comm> group) {
 double TrainingRun::revive(int s, const std::vector<int>& ranks) {
   const double t_event = now();
   std::vector<std::string> args;  // the child learns everything from the join message
+  // On a job of several hosts, each replacement goes back to its rank's host (a node's ranks to
+  // their node, where TP groups must stay); on one host, wherever the launcher has room.
+  std::vector<std::string> where;
+  if (std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1)
+    for (int r : ranks) where.push_back(hosts_[r]);
   auto merged = group_->spawn(std::filesystem::read_symlink("/proc/self/exe").string(), args,
-                              static_cast<int>(ranks.size()));
+                              static_cast<int>(ranks.size()), where);
   JoinMessage m;
   m.options = o_;
   m.options.threads = threads_;
@@ -79,12 +86,14 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
   m.state = trainer_->join_state(-1);
   m.last_checkpoint = last_ckpt_;
   m.recorder = recorder_;
+  m.hosts = hosts_;
   broadcast_string(*merged, merged->rank() == 0 ? to_json(m).dump() : std::string());
   adopt(merged->split(0, me_));
   record_processes(ranks);
   const double spawn_seconds = now() - t_event;
   StepEvents ev;
   ev.revive = ranks;
+  ev.nodes_revived = schedule_.at(s).nodes_revived;
   const double rec = reconfigure(s, ev);
   if (root()) rec_->event(make_event(t_event, s, "spawn", -1, -1, 0, spawn_seconds,
                                      fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks)));
@@ -138,6 +147,9 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       for (int r : before)
         if (!alive_[r]) lost.push_back(r);
       ev.kill = lost;
+      for (const auto& h : schedule_.at(s).nodes_killed)  // a scheduled node failure among the losses
+        for (int r : lost)
+          if (hosts_[r] == h && (ev.nodes_killed.empty() || ev.nodes_killed.back() != h)) ev.nodes_killed.push_back(h);
       std::vector<std::string> how;
       const int steps_before = trainer_->steps_taken();
       const Recovery rc = trainer_->reconfigure(alive_);
@@ -192,7 +204,8 @@ int run_joined(Comm& parent) {
   const int me = m.ranks.at(k);
   std::unique_ptr<Comm> group = parent.split(0, me);
   Schedule schedule;
-  if (!m.options.schedule.empty()) schedule = Schedule::load(m.options.schedule, int(m.state.alive.size()), m.options.steps);
+  if (!m.options.schedule.empty())
+    schedule = Schedule::load(m.options.schedule, int(m.state.alive.size()), m.options.steps, m.hosts);
   TrainingRun run(m, me, std::move(group), std::move(schedule));
   const double recovery_seconds = run.join(m.step, m.ranks);
   return run.train(m.step, recovery_seconds);

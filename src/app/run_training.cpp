@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fault.hpp"
 #include "run.hpp"
@@ -35,15 +37,24 @@ void settle_out_path(Options& o, Comm& world) {
     throw std::runtime_error("results file '" + o.out + "' exists; choose another --out or pass --overwrite");
 }
 
+// The host of every rank of the job, on every rank: kill_node / revive_node name hosts, /ranks
+// records them, and revivals go back to them.
+std::vector<std::string> job_hosts(Comm& world) {
+  const auto hosts = world.gather(host_name(), 0);
+  const std::string all = broadcast_string(world, world.rank() == 0 ? nlohmann::json(hosts).dump() : std::string());
+  return nlohmann::json::parse(all).get<std::vector<std::string>>();
+}
+
 }  // namespace
 
 // Walks the schedule through the policy: every membership the run will see must leave a way
 // forward. Throws UsageError naming the step.
-Schedule validate_schedule(const Options& o, int world_size) {
+Schedule validate_schedule(const Options& o, const std::vector<std::string>& hosts) {
   if (o.schedule.empty()) return {};
+  const int world_size = static_cast<int>(hosts.size());
   Schedule s;
   try {
-    s = Schedule::load(o.schedule, world_size, o.steps);
+    s = Schedule::load(o.schedule, world_size, o.steps, hosts);
   } catch (const ScheduleError& e) {
     throw UsageError(e.what());
   }
@@ -79,12 +90,46 @@ void settle_kill_mode(Options& o) {
                      "GPU yet); use --kill-mode fence");
 }
 
+// Open MPI 5.0 cannot connect a process spawned in a job of several hosts with the ranks on the
+// other hosts (MPI_Comm_spawn then fails in the new process's MPI_Init or its first message:
+// open-mpi/ompi#12601, #13521), so a signal-mode revival there cannot work. A schedule that revives
+// on such a job runs with fenced kills unless signal was asked for, which is refused.
+void settle_revivals_across_hosts(Options& o, const std::vector<std::string>& hosts, const Schedule& s,
+                                  bool mode_chosen, bool root) {
+  const auto distinct = std::set<std::string>(hosts.begin(), hosts.end()).size();
+  if (o.kill_mode != "signal" || distinct < 2 || s.revives() == 0) return;
+  const std::string why = fmt::format(
+      "this job spans {} hosts and the schedule revives ranks, but Open MPI 5.0 cannot connect processes "
+      "spawned in a multi-host job to the ranks on other hosts (open-mpi/ompi#13521)",
+      distinct);
+  if (mode_chosen)
+    throw UsageError("--kill-mode signal: " + why + "; use --kill-mode fence, or a schedule without revivals");
+  o.kill_mode = "fence";
+  if (root) fmt::print("note: kills are fenced (--kill-mode fence): {}\n", why);
+}
+
+// A TP group whose ranks sit on different hosts sends its activations over the network between
+// nodes: almost always a placement mistake (jobs/slurm/ntpbench.sbatch packs TP groups in nodes).
+void note_tp_groups_across_hosts(const Options& o, const std::vector<std::string>& hosts) {
+  for (std::size_t g = 0; g + o.tp <= hosts.size(); g += o.tp) {
+    const std::set<std::string> on(hosts.begin() + g, hosts.begin() + g + o.tp);
+    if (on.size() > 1)
+      fmt::print("note: the TP group of ranks {}..{} spans hosts {}: its all-reduces cross the network between "
+                 "nodes (place ranks in blocks of --tp per node, e.g. mpirun --map-by ppr:K:node)\n",
+                 g, g + o.tp - 1, fmt::join(on, ", "));
+  }
+}
+
 int run_training(Options o, Comm& world) {
   const bool root = world.rank() == 0;
+  const bool mode_chosen = !o.kill_mode.empty();
   settle_kill_mode(o);
   if (world.size() % o.tp != 0)
     throw UsageError(fmt::format("--tp {} does not divide the {} ranks of this job", o.tp, world.size()));
-  Schedule schedule = validate_schedule(o, world.size());
+  std::vector<std::string> hosts = job_hosts(world);
+  Schedule schedule = validate_schedule(o, hosts);
+  settle_revivals_across_hosts(o, hosts, schedule, mode_chosen, root);
+  if (root) note_tp_groups_across_hosts(o, hosts);
   if (o.check) {
     if (root)
       fmt::print("ntpbench --check: OK: {} ranks = {} replicas x TP {}, model {} ({:.2f}M params), {} steps, policy "
@@ -97,7 +142,7 @@ int run_training(Options o, Comm& world) {
   if (root && o.policy == "restart" && o.checkpoint_every == 0 && !schedule.empty())
     fmt::print("note: --policy restart without --checkpoint-every: a failure rolls back to the initial state\n");
 
-  TrainingRun run(o, world, std::move(schedule));
+  TrainingRun run(o, world, std::move(schedule), std::move(hosts));
   run.open_results();
   run.print_banner();
   run.start_clock();

@@ -109,8 +109,7 @@ void TrainingRun::open_results() {
     rec_->set_attr("data", trainer_->data().describe());
     rec_->set_attr("tokens_per_sample", static_cast<long long>(o_.seq));
   }
-  const auto hosts = group_->gather(host_name(), 0);
-  if (root()) rec_->set_attr("hosts", nlohmann::json(hosts).dump());
+  if (root()) rec_->set_attr("hosts", nlohmann::json(hosts_).dump());
   record_processes({});
 }
 
@@ -190,6 +189,15 @@ void TrainingRun::record_recovery(int s, const StepEvents& ev, const Recovery& r
     rec_->event(make_event(t_kill >= 0 ? t_kill : t_event, s, "kill", ev.kill[i], ev.kill[i] / o_.tp, 0, 0,
                            kill_details ? (*kill_details)[i] : ""));
   for (int r : ev.revive) rec_->event(make_event(t_event, s, "revive", r, r / o_.tp, 0, 0, ""));
+  // A whole node's failure or return (kill_node / revive_node): one event naming its ranks.
+  const auto node_event = [&](const std::string& host, const char* kind, double t) {
+    std::vector<int> on;
+    for (int r = 0; r < int(hosts_.size()); ++r)
+      if (hosts_[r] == host) on.push_back(r);
+    rec_->event(make_event(t, s, kind, -1, -1, 0, 0, fmt::format("{}: ranks {}", host, on)));
+  };
+  for (const auto& h : ev.nodes_killed) node_event(h, "node_down", t_kill >= 0 ? t_kill : t_event);
+  for (const auto& h : ev.nodes_revived) node_event(h, "node_up", t_event);
   const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
   rec_->event(make_event(t_event, s, "detect", -1, -1, 0, worst[0], ""));
   rec_->event(make_event(t_event + worst[0], s, "reconfigure", -1, -1, 0, worst[1], change));

@@ -37,6 +37,7 @@ struct JoinMessage {
   JoinState state;                 // logical_rank filled by each joiner
   std::string last_checkpoint;
   int recorder = 0;                // logical rank holding the results file
+  std::vector<std::string> hosts;  // each logical rank's host at job start
 };
 
 // Real failures left no replica able to train and no revival is scheduled: the run cannot go on.
@@ -50,8 +51,9 @@ struct NoProgress : std::runtime_error {
 // then the lowest live one) owns the results file and prints.
 class TrainingRun {
  public:
-  TrainingRun(Options o, Comm& world, Schedule schedule)
-      : o_(std::move(o)), group_(&world), me_(world.rank()), schedule_(std::move(schedule)),
+  // hosts: each rank's host (job_hosts).
+  TrainingRun(Options o, Comm& world, Schedule schedule, std::vector<std::string> hosts)
+      : o_(std::move(o)), group_(&world), me_(world.rank()), schedule_(std::move(schedule)), hosts_(std::move(hosts)),
         threads_(configure_threads(o_.threads)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)),
         alive_(world.size(), 1), phase_rows_(world.size()) {
     if (!o_.init_from.empty()) trainer_->load_checkpoint(o_.init_from, o_.init_weights_only);
@@ -63,7 +65,7 @@ class TrainingRun {
   // A replacement process: the survivors' state from `m`, over `group` (which includes it).
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
       : o_(m.options), group_(group.get()), owned_group_(std::move(group)), me_(logical_rank),
-        schedule_(std::move(schedule)), threads_(configure_threads(o_.threads)), alive_(m.state.alive),
+        schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads)), alive_(m.state.alive),
         phase_rows_(m.state.alive.size()), recorder_(m.recorder), last_ckpt_(m.last_checkpoint) {
     JoinState js = m.state;
     js.logical_rank = me_;
@@ -122,6 +124,7 @@ class TrainingRun {
   int me_;                            // logical rank
   std::vector<int> members_;          // logical rank of each group member
   const Schedule schedule_;
+  const std::vector<std::string> hosts_;  // each logical rank's host at job start
   const int threads_;
   std::unique_ptr<Trainer> trainer_;
   Peak peak_;

@@ -67,8 +67,10 @@ class Comm {
   virtual bool peer_failed() { return false; }
   virtual std::unique_ptr<Comm> shrink();
   // Starts `count` new processes of `command args` and returns this group with them appended
-  // (collective; the new processes join with join_parent()).
-  virtual std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count);
+  // (collective; the new processes join with join_parent()). `hosts`, when given, lists the hosts
+  // to start them on (MPI_Info "host", the launcher's --host syntax: a name repeated per process).
+  virtual std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count,
+                                      const std::vector<std::string>& hosts = {});
 };
 
 inline std::unique_ptr<CommRequest> Comm::ialltoallv(const float* send, const std::vector<int>& send_counts,
@@ -86,7 +88,8 @@ inline std::unique_ptr<CommRequest> Comm::ialltoallv(const float* send, const st
 inline void Comm::revoke() { throw std::logic_error("this communicator has no fault tolerance"); }
 inline bool Comm::agree(bool) { throw std::logic_error("this communicator has no fault tolerance"); }
 inline std::unique_ptr<Comm> Comm::shrink() { throw std::logic_error("this communicator has no fault tolerance"); }
-inline std::unique_ptr<Comm> Comm::spawn(const std::string&, const std::vector<std::string>&, int) {
+inline std::unique_ptr<Comm> Comm::spawn(const std::string&, const std::vector<std::string>&, int,
+                                         const std::vector<std::string>&) {
   throw std::logic_error("this communicator cannot spawn processes");
 }
 

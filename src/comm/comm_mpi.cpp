@@ -231,14 +231,23 @@ class MpiComm final : public Comm {
   }
 #endif
 
-  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count) override {
+  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count,
+                              const std::vector<std::string>& hosts) override {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
     std::vector<int> codes(count);
-    check(MPI_Comm_spawn(command.c_str(), argv.data(), count, MPI_INFO_NULL, 0, comm_, &inter, codes.data()),
-          "MPI_Comm_spawn");
+    MPI_Info info = MPI_INFO_NULL;
+    if (!hosts.empty()) {
+      std::string list;
+      for (const auto& h : hosts) list += (list.empty() ? "" : ",") + h;
+      MPI_Info_create(&info);
+      MPI_Info_set(info, "host", list.c_str());
+    }
+    const int rc = MPI_Comm_spawn(command.c_str(), argv.data(), count, info, 0, comm_, &inter, codes.data());
+    if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+    check(rc, "MPI_Comm_spawn");
     spawn_links().push_back(returning_errors(inter));
     check(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge");  // the parents first, in their order
     repaired() = true;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 namespace ntp {
@@ -59,12 +60,12 @@ struct Ctx {
 
 }  // namespace
 
-Schedule Schedule::load(const std::string& path, int world_size, int steps) {
+Schedule Schedule::load(const std::string& path, int world_size, int steps, const std::vector<std::string>& hosts) {
   std::ifstream f(path);
   if (!f) throw ScheduleError("cannot open schedule file '" + path + "'");
   std::stringstream ss;
   ss << f.rdbuf();
-  return parse(ss.str(), path, world_size, steps);
+  return parse(ss.str(), path, world_size, steps, hosts);
 }
 
 namespace {
@@ -76,6 +77,7 @@ struct RawEvent {
   int rank;
   YAML::Node node;
   KillAt at = KillAt::Start;
+  std::string host;  // the kill_node / revive_node it came from, else empty
 };
 
 constexpr const char* kPhases[] = {"start", "forward", "backward", "sync", "optimizer"};
@@ -90,30 +92,60 @@ int read_phase(const Ctx& c, const YAML::Node& n, bool any_ok) {
                         any_ok ? ", any" : "", s));
 }
 
-// The 'events' list, checked entry by entry (keys, step range, rank range).
-std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_size, int steps) {
+// The logical ranks on host `n` (a kill_node / revive_node value), at least one.
+std::vector<int> ranks_on(const Ctx& c, const YAML::Node& n, const std::vector<std::string>& hosts, int world_size) {
+  const std::string host = n.IsScalar() ? n.Scalar() : "";
+  if (host.empty()) c.fail(n, "a node is named by its host name, e.g. kill_node: node2");
+  if (static_cast<int>(hosts.size()) != world_size)
+    c.fail(n, "kill_node / revive_node need the hosts of the job's ranks, which are known only inside a run");
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size; ++r)
+    if (hosts[r] == host) ranks.push_back(r);
+  if (ranks.empty()) {
+    std::set<std::string> known(hosts.begin(), hosts.end());
+    c.fail(n, fmt::format("no rank of this job runs on host '{}' (its hosts: {})", host, fmt::join(known, ", ")));
+  }
+  return ranks;
+}
+
+// The ranks one event names under `kind` (kill, revive) and node_kind (kill_node, revive_node).
+void read_targets(const Ctx& c, const YAML::Node& e, int step, KillAt at, const std::vector<std::string>& hosts,
+                  int world_size, std::vector<RawEvent>& raw) {
+  for (const char* kind : {"kill", "revive"}) {
+    const auto list = e[kind];
+    if (!list) continue;
+    if (!list.IsSequence()) c.fail(list, fmt::format("'{}' must be a list of ranks, e.g. [3]", kind));
+    for (const auto& r : list) {
+      const long long rank = c.integer(r, "rank");
+      if (rank < 0 || rank >= world_size)
+        c.fail(r, fmt::format("rank {} does not exist (this job has ranks 0..{})", rank, world_size - 1));
+      raw.push_back({step, std::string(kind) == "kill", int(rank), r, at});
+    }
+  }
+  for (const char* kind : {"kill_node", "revive_node"}) {
+    const auto n = e[kind];
+    if (!n) continue;
+    for (int rank : ranks_on(c, n, hosts, world_size))
+      raw.push_back({step, std::string(kind) == "kill_node", rank, n, at, n.Scalar()});
+  }
+}
+
+// The 'events' list, checked entry by entry (keys, step range, rank range, hosts).
+std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_size, int steps,
+                                  const std::vector<std::string>& hosts) {
   std::vector<RawEvent> raw;
   if (!ev.IsSequence()) c.fail(ev, "'events' must be a list of {step: N, kill: [...]} / {step: N, revive: [...]}");
   for (const auto& e : ev) {
     if (!e.IsMap()) c.fail(e, "each event is a mapping like {step: 10, kill: [3]}");
-    c.only_keys(e, {"step", "kill", "revive", "at"}, "an event");
+    c.only_keys(e, {"step", "kill", "revive", "kill_node", "revive_node", "at"}, "an event");
     if (!e["step"]) c.fail(e, "event without 'step'");
     const long long step = c.integer(e["step"], "step");
     if (step < 1 || step > steps) c.fail(e["step"], fmt::format("step {} is outside the run (steps 1..{})", step, steps));
-    if (!e["kill"] && !e["revive"]) c.fail(e, "event has neither 'kill' nor 'revive'");
-    if (e["at"] && !e["kill"]) c.fail(e["at"], "'at' belongs to a kill");
+    if (!e["kill"] && !e["revive"] && !e["kill_node"] && !e["revive_node"])
+      c.fail(e, "event has none of 'kill', 'revive', 'kill_node', 'revive_node'");
+    if (e["at"] && !e["kill"] && !e["kill_node"]) c.fail(e["at"], "'at' belongs to a kill");
     const KillAt at = e["at"] ? KillAt(read_phase(c, e["at"], false)) : KillAt::Start;
-    for (const char* kind : {"kill", "revive"}) {
-      const auto list = e[kind];
-      if (!list) continue;
-      if (!list.IsSequence()) c.fail(list, fmt::format("'{}' must be a list of ranks, e.g. [3]", kind));
-      for (const auto& r : list) {
-        const long long rank = c.integer(r, "rank");
-        if (rank < 0 || rank >= world_size)
-          c.fail(r, fmt::format("rank {} does not exist (this job has ranks 0..{})", rank, world_size - 1));
-        raw.push_back({int(step), std::string(kind) == "kill", int(rank), r, at});
-      }
-    }
+    read_targets(c, e, int(step), at, hosts, world_size, raw);
   }
   return raw;
 }
@@ -135,6 +167,8 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
       auto& se = events[step];
       (r.kill ? se.kill : se.revive).push_back(r.rank);
       if (r.kill) se.kill_at.push_back(r.at);
+      auto& nodes = r.kill ? se.nodes_killed : se.nodes_revived;
+      if (!r.host.empty() && std::find(nodes.begin(), nodes.end(), r.host) == nodes.end()) nodes.push_back(r.host);
     }
   }
 }
@@ -173,7 +207,8 @@ void add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int
 
 }  // namespace
 
-Schedule Schedule::parse(const std::string& text, const std::string& name, int world_size, int steps) {
+Schedule Schedule::parse(const std::string& text, const std::string& name, int world_size, int steps,
+                         const std::vector<std::string>& hosts) {
   Ctx c{name};
   YAML::Node root;
   try {
@@ -197,7 +232,7 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
   // Explicit events first; random failures only touch ranks that have none.
   std::set<int> explicit_ranks;
   if (const auto ev = root["events"]) {
-    std::vector<RawEvent> raw = read_events(c, ev, world_size, steps);
+    std::vector<RawEvent> raw = read_events(c, ev, world_size, steps, hosts);
     for (const auto& r : raw) explicit_ranks.insert(r.rank);
     apply_events(c, std::move(raw), world_size, s.events_);
   }
@@ -208,6 +243,8 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
     std::sort(kills.begin(), kills.end());
     for (std::size_t i = 0; i < kills.size(); ++i) e.kill[i] = kills[i].first, e.kill_at[i] = kills[i].second;
     std::sort(e.revive.begin(), e.revive.end());
+    std::sort(e.nodes_killed.begin(), e.nodes_killed.end());
+    std::sort(e.nodes_revived.begin(), e.nodes_revived.end());
   }
   return s;
 }

@@ -5,6 +5,8 @@
 //     - {step: 10, kill: [3]}    # takes effect at the start of the step
 //     - {step: 12, kill: [5], at: backward}   # --kill-mode signal: dies inside the step
 //     - {step: 40, revive: [3]}
+//     - {step: 8, kill_node: node2}          # every rank on host node2 (a node failure)
+//     - {step: 20, revive_node: node2}       # new processes for them, placed on node2
 //   random:                      # and/or a seeded generator
 //     mtbf_steps: 200            # mean steps between failures of one rank (exponential)
 //     repair_steps: 20           # a failed rank is revived this many steps later
@@ -14,6 +16,9 @@
 // `at` (signal kill mode; fence kills always act at the start): start (before the step's first
 // collective), forward, backward, sync (inside the gradient sync), optimizer (after the sync,
 // before the update).
+// kill_node / revive_node name a host as the ranks report it (gethostname; Slurm's node name on a
+// cluster): they stand for the logical ranks that ran on that host at job start, resolved with
+// `hosts` (one per logical rank), which the program gathers after start-up.
 // Everything is validated before step 1; an error names the file, the line and the problem.
 // Random failures only touch ranks that have no explicit events.
 #include <map>
@@ -33,14 +38,18 @@ const char* kill_at_name(KillAt at);
 struct StepEvents {
   std::vector<int> kill, revive;  // logical ranks, ascending
   std::vector<KillAt> kill_at;    // the phase of each kill, parallel to `kill`
+  std::vector<std::string> nodes_killed, nodes_revived;  // kill_node / revive_node hosts, ascending
 };
 
 class Schedule {
  public:
   Schedule() = default;  // no failures
   // Parses and validates; throws ScheduleError, also for an empty schedule (no events, no 'random').
-  static Schedule load(const std::string& path, int world_size, int steps);
-  static Schedule parse(const std::string& yaml, const std::string& name, int world_size, int steps);
+  // `hosts`: the host of each logical rank (needed only by kill_node / revive_node).
+  static Schedule load(const std::string& path, int world_size, int steps,
+                       const std::vector<std::string>& hosts = {});
+  static Schedule parse(const std::string& yaml, const std::string& name, int world_size, int steps,
+                        const std::vector<std::string>& hosts = {});
 
   // Events taking effect at the start of `step` (empty when none).
   const StepEvents& at(int step) const;

@@ -8,8 +8,8 @@ namespace ntp {
 
 double Pacer::compute_seconds(double flops) const { return flops / (c_.device_gflops * 1e9 * speed_); }
 
-double Pacer::transfer_seconds(double bytes, int messages, Link link) const {
-  const double gbps = link == Link::Tp ? c_.tp_gbps : c_.dp_gbps;
+double Pacer::transfer_seconds(double bytes, int messages, Link group) const {
+  const double gbps = route(group) == Link::Tp ? c_.tp_gbps : c_.dp_gbps;
   return messages * c_.latency_us * 1e-6 + bytes / (gbps * 1e9);
 }
 

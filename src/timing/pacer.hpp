@@ -21,6 +21,11 @@ struct PacingConfig {
   double boost = 1.3;           // ntp-pw: a damaged replica's ranks run this much faster
 };
 
+// The group a transfer runs in: Tp, a replica's TP group (and its reshards); Dp, a sync slot across
+// replicas. Each group's transfers take one physical link (set_route): the scale-up link inside a
+// node (--tp-gbps) or the scale-out link between nodes (--dp-gbps). By default a TP group is one
+// node (Tp -> scale-up, Dp -> scale-out), as when one machine emulates a cluster; on a job spread
+// over several real hosts the trainer routes each group by where its members really run.
 enum class Link { Tp, Dp };
 
 class Pacer {
@@ -30,10 +35,14 @@ class Pacer {
   // Compute speed multiplier of this rank now (1, or the boost of an ntp-pw damaged replica).
   void set_speed(double s) { speed_ = s; }
   double speed() const { return speed_; }
+  // Transfers of `group` go over the scale-up link (Link::Tp) or the scale-out link (Link::Dp).
+  void set_route(Link group, Link physical) { route_[static_cast<int>(group)] = physical; }
+  Link route(Link group) const { return route_[static_cast<int>(group)]; }
 
-  // Seconds the emulated device needs for `flops`, and for a transfer of `bytes` in `messages`.
+  // Seconds the emulated device needs for `flops`, and for a transfer of `bytes` in `messages`
+  // within `group` (over the link it is routed to).
   double compute_seconds(double flops) const;
-  double transfer_seconds(double bytes, int messages, Link link) const;
+  double transfer_seconds(double bytes, int messages, Link group) const;
 
   // Sleeps until `target` seconds have passed since the phase took `real` seconds.
   void pace_compute(double real, double flops);
@@ -58,6 +67,7 @@ class Pacer {
   std::function<void()> background_;
   double speed_ = 1.0;
   int overruns_ = 0;
+  Link route_[2] = {Link::Tp, Link::Dp};
 };
 
 }  // namespace ntp

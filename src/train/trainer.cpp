@@ -83,6 +83,25 @@ std::string Trainer::communication() const {
          "change), MPI for host data";
 }
 
+namespace {
+// Do all members of `c` run on one host? (Collective: the extremes of a hash of each host name.)
+bool on_one_host(Comm& c) {
+  const double h = static_cast<double>(std::hash<std::string>{}(host_name()) & ((1ULL << 52) - 1));
+  double v[2] = {h, -h};
+  c.allreduce_max(v, 2);
+  return v[0] == -v[1];
+}
+}  // namespace
+
+// Paced timing on a job spread over several hosts: a group's transfers take the scale-up link when
+// all its members share a host, else the scale-out link (pacer.hpp). On one host the default
+// stands: the TP group is the emulated node.
+void Trainer::route_links() {
+  if (!o_.pacing.enabled || on_one_host(*group_)) return;
+  if (tp_) pacer_.set_route(Link::Tp, on_one_host(*tp_) ? Link::Tp : Link::Dp);
+  if (slot_) pacer_.set_route(Link::Dp, on_one_host(*slot_) ? Link::Tp : Link::Dp);
+}
+
 void Trainer::build_comms() {
   const int me = me_;
   const bool alive = cfg_.alive[me] != 0;
@@ -97,6 +116,7 @@ void Trainer::build_comms() {
   train_ = group_->split(q >= 0 ? 0 : -1, me);
   // Sync slot i: TP index i of every active replica, for i < n2 (the extras sit out).
   slot_ = device_capable(group_->split(q >= 0 && idx < cfg_.n2 ? idx : -1, q));
+  route_links();
 }
 
 std::unique_ptr<Model> Trainer::make_model(const ReplicaPlan& rp, int tp_index) {

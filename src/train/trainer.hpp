@@ -128,6 +128,7 @@ class Trainer {
 
  private:
   void build_comms();
+  void route_links();
   void gradients(const std::vector<int>& batch, StepResult& r, const std::function<void(StepPoint)>& at);
   std::unique_ptr<Model> make_model(const ReplicaPlan& rp, int tp_index);
   void restore(Recovery& rec);

@@ -1,5 +1,7 @@
 """Bad input never starts a run: each bad flag or schedule exits non-zero with a message that
 names the problem (and the schedule's line), and writes no results file."""
+import socket
+
 import pytest
 
 from conftest import ntpbench, schedule
@@ -19,6 +21,11 @@ BAD_SCHEDULES = {
     "malformed YAML": ("events:\n  - {step: 2, kill: [1]\n", "malformed YAML"),
     "negative repair": ("random: {mtbf_steps: 10, repair_steps: -2, seed: 1}\n", "repair_steps must be at least 1"),
     "random without seed": ("random: {mtbf_steps: 10, repair_steps: 2}\n", "'random' needs 'seed'"),
+    "unknown host": ("events:\n  - {step: 2, kill_node: no-such-node}\n",
+                     "schedule.yaml:2: no rank of this job runs on host 'no-such-node' (its hosts: "),
+    "node as a list": ("events:\n  - {step: 2, kill_node: [a, b]}\n", "a node is named by its host name"),
+    "revive_node of live ranks": (f"events:\n  - {{step: 2, revive_node: {socket.gethostname()}}}\n",
+                                  "step 2: revive of rank 0, which is alive"),
 }
 
 
@@ -69,6 +76,15 @@ def test_check_validates_without_training(tmp_path):
     p = ntpbench(4, "--preset", "tiny", "--tp", 2, "--steps", 6, "--schedule", good, "--check")
     assert "--check: OK" in p.stdout and "1 kills, 1 revivals" in p.stdout
     assert not list(tmp_path.glob("*.h5"))
+
+
+def test_kill_node_resolves_to_the_ranks_of_that_host(tmp_path):
+    # One host here: a node failure takes all 4 ranks (fence mode: signal refuses killing every rank).
+    host = socket.gethostname()
+    good = schedule(tmp_path, f"events:\n  - {{step: 2, kill_node: {host}}}\n  - {{step: 4, revive_node: {host}}}\n")
+    p = ntpbench(4, "--preset", "tiny", "--tp", 2, "--steps", 6, "--schedule", good, "--kill-mode", "fence",
+                 "--check")
+    assert "4 kills, 4 revivals" in p.stdout, p.stdout
 
 
 def test_help_explains_every_flag():
