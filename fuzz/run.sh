@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `make fuzz`: each libFuzzer target of BUILD (fuzz/CMakeLists.txt) first runs every input of its
+# seed corpus (fuzz/corpus/<target>/) and of its regressions (fuzz/regressions/<target>/: inputs
+# that once crashed it), then fuzzes for SECONDS. New inputs it finds go to BUILD/corpus/<target>/
+# (kept between runs, never into the tree); a crash, a leak, a timeout or an out-of-memory writes
+# the input to BUILD/artifacts/<target>/ and fails the run.
+#   usage: fuzz/run.sh BUILD SECONDS
+set -uo pipefail
+build=$(cd "$1" && pwd)
+seconds=$2
+here=$(cd "$(dirname "$0")" && pwd)
+# allocator_may_return_null=1 and -malloc_limit_mb: HDF5 sizes its metadata cache entries from the
+# file, so a damaged size asks malloc for terabytes; as in a plain build, malloc then fails and
+# HDF5 returns an error (ASan would abort, libFuzzer call it out of memory). Our own allocations
+# are C++ `new`, which throws: that escapes the target and fails the run. -rss_limit_mb (2 GiB)
+# still catches memory really used.
+export ASAN_OPTIONS="suppressions=$here/asan.supp:allocator_may_return_null=1"
+export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0"
+export OMP_NUM_THREADS=1
+failed=()
+for target in schedule config checkpoint; do
+  mkdir -p "$build/corpus/$target" "$build/artifacts/$target" "$here/regressions/$target"
+  echo "== fuzz_$target: $seconds s"
+  # -timeout: one input may take 10 s (the slowest seen takes well under 1 s).
+  if "$build/fuzz_$target" -max_total_time="$seconds" -timeout=10 -malloc_limit_mb=1000000 -print_final_stats=1 \
+       -artifact_prefix="$build/artifacts/$target/" "$build/corpus/$target" "$here/corpus/$target" \
+       "$here/regressions/$target" > "$build/fuzz_$target.log" 2>&1; then
+    grep -E '^(#[0-9]+ +DONE|stat::(number_of_executed_units|average_exec_per_sec|new_units_added))' "$build/fuzz_$target.log"
+  else
+    grep -v '^#' "$build/fuzz_$target.log" | tail -n 60
+    echo "fuzz_$target FAILED: the input is in $build/artifacts/$target/ (log: $build/fuzz_$target.log)"
+    failed+=("$target")
+  fi
+done
+[ ${#failed[@]} = 0 ] || { echo "fuzz: FAILED: ${failed[*]}"; exit 1; }
+echo "fuzz: no crashes in ${seconds} s per target"
