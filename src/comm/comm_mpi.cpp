@@ -2,6 +2,9 @@
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
 #ifdef NTPBENCH_HAVE_ULFM
 #include <mpi-ext.h>
 #endif
@@ -299,6 +302,11 @@ int finish_mpi(int code) {
   // prte_allowed_exit_without_sync (set by the Makefile, the tests and the Slurm script; see
   // README, "Real failures").
   std::fflush(nullptr);
+#ifdef __SANITIZE_ADDRESS__
+  // `make test-sanitize`: _Exit skips the leak check a normal exit runs; run it here, so that the
+  // processes that survived a failure or replaced a dead rank are checked too.
+  __lsan_do_leak_check();
+#endif
   std::_Exit(code);
 }
 

@@ -111,6 +111,18 @@ std::vector<long> shape_of(hid_t loc, const std::string& name) {
   return std::vector<long>(dims.begin(), dims.end());
 }
 
+namespace {
+// Only IEEE floats are read as floats. HDF5 would convert any numeric type (an integer tensor would
+// load without a word), and a damaged type description can make its conversion ask for gigabytes
+// (a 38 KB checkpoint asked for 4 GiB: fuzz/regressions/checkpoint).
+void check_float_type(hid_t ds, const std::string& name) {
+  Handle type(H5Dget_type(ds), H5Tclose, "type of " + name);
+  for (hid_t ok : {H5T_IEEE_F32LE, H5T_IEEE_F32BE, H5T_IEEE_F64LE, H5T_IEEE_F64BE})
+    if (H5Tequal(type, ok) > 0) return;
+  throw std::runtime_error("HDF5: dataset '" + name + "' does not hold 32- or 64-bit IEEE floating-point numbers");
+}
+}  // namespace
+
 std::vector<float> read_floats(hid_t loc, const std::string& name, const std::vector<long>& expect) {
   const auto shape = shape_of(loc, name);
   if (!expect.empty() && shape != expect) {
@@ -125,6 +137,7 @@ std::vector<float> read_floats(hid_t loc, const std::string& name, const std::ve
   for (long s : shape) n *= s;
   std::vector<float> out(n);
   Handle ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + name);
+  check_float_type(ds, name);
   checked(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), "read " + name, 0);
   return out;
 }

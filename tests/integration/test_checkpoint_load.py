@@ -1,12 +1,12 @@
-"""Checkpoints are checked at load: a tensor holding NaN or Inf is refused, naming the file and the
-tensor, and the run exits non-zero instead of training from it."""
+"""Checkpoints are checked at load: a tensor holding NaN or Inf, or one that is not floating-point, is
+refused, naming the file and the tensor, and the run exits non-zero instead of training from it."""
 import subprocess
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import ENV, NTPBENCH, ntpbench
+from conftest import ENV, NTPBENCH, ROOT, ntpbench
 
 TINY = ["--preset", "tiny", "--micro-batch", 2, "--quiet"]
 
@@ -49,3 +49,35 @@ def test_finite_checkpoint_still_loads(tmp_path, checkpoint):
     ntpbench(2, *TINY, "--tp", 2, "--steps", 4, "--init-from", checkpoint, "--out", out)
     with h5py.File(out, "r") as f:
         assert np.isfinite(f["steps"]["loss"]).all()
+
+
+def load(checkpoint, out, *model):
+    """One process without a launcher starting from `checkpoint`: the exit status is the binary's own."""
+    cmd = [str(NTPBENCH), *map(str, model or TINY), "--steps", "2", "--init-from", str(checkpoint), "--out", str(out)]
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_checkpoint_tensor_that_is_not_floats_is_refused(tmp_path, checkpoint):
+    # HDF5 would convert an integer tensor to floats without a word.
+    bad = tmp_path / "ints.h5"
+    bad.write_bytes(open(checkpoint, "rb").read())
+    with h5py.File(bad, "r+") as f:
+        ints = np.round(f["wpe"][()] * 100).astype(np.int32)
+        del f["wpe"]
+        f["wpe"] = ints
+    p = load(bad, tmp_path / "resumed.h5")
+    assert p.returncode != 0, p.stdout
+    assert "dataset 'wpe' does not hold 32- or 64-bit IEEE floating-point numbers" in p.stderr, p.stderr
+    assert "done:" not in p.stdout
+
+
+def test_damaged_checkpoint_found_by_fuzzing_is_refused(tmp_path):
+    # fuzz_checkpoint's find (fuzz/regressions/): a 38 KB checkpoint of a V 16, d 8, one-layer model
+    # whose damaged 'wpe' type description made HDF5's conversion ask for 4 GiB.
+    bad = ROOT / "fuzz" / "regressions" / "checkpoint" / "oom-float-type-4gib.h5"
+    model = ["--preset", "tiny", "--vocab", 16, "--context", 4, "--layers", 1, "--heads", 2, "--hidden", 8,
+             "--seq", 4, "--micro-batch", 1, "--quiet"]
+    p = load(bad, tmp_path / "resumed.h5", *model)
+    assert p.returncode != 0, p.stdout
+    assert "dataset 'wpe' does not hold 32- or 64-bit IEEE floating-point numbers" in p.stderr, p.stderr
+    assert "done:" not in p.stdout
