@@ -37,6 +37,15 @@ struct MachinePeak {
 };
 MachinePeak machine_sgemm_peak(Comm& world, int threads);
 
+// This process's resident memory (VmRSS of /proc/self/status, bytes) and open file descriptors
+// (entries of /proc/self/fd): sampled after every step for the soak's flatness check. -1 where
+// /proc cannot be read.
+struct ProcessUsage {
+  long long rss_bytes = -1;
+  long long open_fds = -1;
+};
+ProcessUsage process_usage();
+
 // Where the probe cache lives: $XDG_CACHE_HOME/ntpbench/sgemm-peak.tsv, else
 // ~/.cache/ntpbench/sgemm-peak.tsv; empty when neither is known.
 std::string peak_cache_path();

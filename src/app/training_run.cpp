@@ -36,10 +36,12 @@ std::string checkpoint_path(const Options& o, int step) {
   return (std::filesystem::path(checkpoint_dir_for(o)) / fmt::format("step_{:06d}.h5", step)).string();
 }
 
-// What every rank reports to rank 0 after a step (the metrics channel).
+// What every rank reports to rank 0 after a step (the metrics channel), its process's memory and
+// descriptors included (a soak checks they stay flat).
 struct Report {
   std::array<double, kPhaseCount> phases{};
   double trained = 0, loss = 0, grad_norm = 0, overruns = 0;
+  double rss_bytes = -1, open_fds = -1;
 };
 
 constexpr int kReportSize = sizeof(Report) / sizeof(double);
@@ -283,15 +285,19 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   const double t_end = now();
   for (int k = 0; k < kPhaseCount; ++k) mine.phases[k] = r.phase_seconds[k] + waited[k];
   mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
+  const ProcessUsage usage = process_usage();
+  mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
   std::vector<double> gathered(root() ? std::size_t(group_->size()) * kReportSize : 0);
   group_->gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), root_index());
   if (!root()) return;
   std::fill(phase_rows_.begin(), phase_rows_.end(), std::array<double, kPhaseCount>{});
+  std::fill(usage_rows_.begin(), usage_rows_.end(), RankUsage{});
   Report agg;
   bool overrun = false;
   for (int k = 0; k < group_->size(); ++k) {
     const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
     phase_rows_[members_[k]] = rep->phases;
+    usage_rows_[members_[k]] = {static_cast<std::int64_t>(rep->rss_bytes), static_cast<std::int32_t>(rep->open_fds)};
     if (rep->trained && !agg.trained) agg = *rep;
     overrun = overrun || rep->overruns > 0;
   }
@@ -327,7 +333,7 @@ void TrainingRun::record_step(int s, const StepResult& r, double t_start, double
     rec_->event(make_event(t_end, s, "nonfinite", -1, -1, 0, 0,
                            fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
                                        o_.on_nonfinite == "skip" ? "skipped" : "the run stops")));
-  rec_->append(row, rr, phase_rows_);
+  rec_->append(row, rr, phase_rows_, usage_rows_);
   recorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
   if (r.samples > 0) {
     last_step_seconds_ = secs;
