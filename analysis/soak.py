@@ -11,7 +11,7 @@ entries of /proc/self/fd; -1, or 0 where a crash left a row unwritten, means no 
 - An incarnation of n >= MIN_SAMPLES samples is judged: growth = mean(last w) / mean(first w) - 1
   with w = max(2, n // 10), the first and last 10% of that process's life in the run. Shorter ones
   are counted but not judged (a process that lived 19 steps says little about a leak).
-- A file passes when it has a /summary (the run finished), at least one judged incarnation, and no
+- A file passes when it has a /summary and a row for every step of its config (the run finished), at least one judged incarnation, and no
   judged incarnation grew by GROWTH_LIMIT (5%) or more, for RSS and for descriptors alike.
 
 The table: file, policy, steps, failures, revivals, incarnations judged / all, the worst RSS and
@@ -19,6 +19,7 @@ descriptor growth (with the logical rank), verdict. Exit status 1 when any file 
 """
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 
@@ -82,8 +83,10 @@ def check_file(path: str) -> tuple[dict, list[str]]:
             return {"file": path}, [f"no {', '.join('/' + m for m in missing)} (written by ntpbench since the soak)"]
         rss, fds = np.asarray(f["ranks/rss_bytes"][()]), np.asarray(f["ranks/open_fds"][()])
         policy = f.attrs.get("policy", b"?")
+        config = f.attrs.get("config", b"{}")
         summary = dict(f["summary"].attrs) if "summary" in f else None
     policy = policy.decode() if isinstance(policy, bytes) else str(policy)
+    planned = json.loads(config.decode() if isinstance(config, bytes) else str(config)).get("steps")
     n = min(len(rss), len(fds))
     rss, fds = rss[:n], fds[:n]
     row = {"file": path, "policy": policy, "steps": n,
@@ -93,6 +96,8 @@ def check_file(path: str) -> tuple[dict, list[str]]:
     problems = []
     if summary is None:
         problems.append("no /summary: the run did not finish")
+    elif planned is not None and n != int(planned):
+        problems.append(f"{n} rows of samples for a run of {planned} steps: the run did not finish")
     for name, g in (("RSS", row["rss"]), ("open fds", row["fds"])):
         if g.judged == 0:
             problems.append(f"too few samples: no {name} incarnation of {MIN_SAMPLES}+ steps")

@@ -1,6 +1,7 @@
 """`python -m analysis soak` on synthetic files: a leak (growing memory or descriptors) is flagged,
 a flat run passes, and a revived rank's new process is judged on its own samples (the end-to-end
 check that real runs write the samples is tests/integration/test_soak.py)."""
+import json
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ def write(path, rss, fds, summary=True, policy="ntp"):
     with h5py.File(path, "w") as f:
         f.attrs["schema_version"] = "1"
         f.attrs["policy"] = policy
+        f.attrs["config"] = json.dumps({"steps": len(rss)})
         g = f.create_group("ranks")
         g.create_dataset("rss_bytes", data=np.asarray(rss, dtype="<i8"))
         g.create_dataset("open_fds", data=np.asarray(fds, dtype="<i4"))
@@ -84,6 +86,11 @@ def test_too_few_samples_and_an_unfinished_run_fail(tmp_path):
     assert any("too few samples" in p for p in problems)
     _, problems = soak.check_file(write(tmp_path / "cut.h5", rss, fds, summary=False))
     assert any("did not finish" in p for p in problems)
+    path = write(tmp_path / "short-run.h5", rss, fds)
+    with h5py.File(path, "a") as f:
+        f.attrs["config"] = json.dumps({"steps": STEPS + 10})
+    _, problems = soak.check_file(path)
+    assert any(f"{STEPS} rows of samples for a run of {STEPS + 10} steps" in p for p in problems)
 
 
 @pytest.mark.parametrize("column, expect", [
