@@ -1,6 +1,7 @@
 #include "machine.hpp"
 
 #include <dirent.h>
+#include <malloc.h>
 #include <omp.h>
 #include <sched.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include <cblas.h>
+#include <hdf5.h>
 #include <fmt/format.h>
 
 #include "comm.hpp"
@@ -216,6 +218,13 @@ ProcessUsage process_usage() {
     u.open_fds = n - 1;  // the listing's own descriptor is not the process's
   }
   return u;
+}
+
+void configure_heap() { mallopt(M_MMAP_THRESHOLD, 128 * 1024); }
+
+void release_free_memory() {
+  H5garbage_collect();  // HDF5's free lists keep what a checkpoint read or write allocated
+  malloc_trim(0);
 }
 
 }  // namespace ntp

@@ -171,6 +171,7 @@ double TrainingRun::reconfigure(int s, const StepEvents& ev) {
   for (int r : ev.revive) alive_[r] = 1;
   const int before = trainer_->steps_taken();
   const Recovery rc = trainer_->reconfigure(alive_);
+  release_free_memory();
   // The recovery's figures: slowest rank for times, all ranks for bytes.
   double worst[3] = {rc.detect, rc.reconfigure, rc.heal};
   group_->allreduce_max(worst, 3);
@@ -357,6 +358,7 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
   if (trainer_->save_checkpoint(path)) {
     trainer_->set_restore_point(path);
     last_ckpt_ = path;
+    release_free_memory();
     if (root()) {
       rec_->event(make_event(tc, s, "checkpoint", -1, -1, 3.0 * parameter_count(o_.model) * sizeof(float), now() - tc,
                              path));
