@@ -14,7 +14,7 @@ entries of /proc/self/fd; -1, or 0 where a crash left a row unwritten, means no 
 - A file passes when it has a /summary and a row for every step of its config (the run finished), at least one judged incarnation, and no
   judged incarnation grew by GROWTH_LIMIT (5%) or more, for RSS and for descriptors alike.
 
-The table: file, policy, steps, failures, revivals, incarnations judged / all, the worst RSS and
+The table: file, policy, steps, failures and revivals (kill and revive rows of /events), incarnations judged / all, the worst RSS and
 descriptor growth (with the logical rank), verdict. Exit status 1 when any file fails.
 """
 from __future__ import annotations
@@ -85,13 +85,13 @@ def check_file(path: str) -> tuple[dict, list[str]]:
         policy = f.attrs.get("policy", b"?")
         config = f.attrs.get("config", b"{}")
         summary = dict(f["summary"].attrs) if "summary" in f else None
+        kinds = [k.decode().rstrip("\x00") for k in f["events"]["kind"][()]] if "events" in f else []
     policy = policy.decode() if isinstance(policy, bytes) else str(policy)
     planned = json.loads(config.decode() if isinstance(config, bytes) else str(config)).get("steps")
     n = min(len(rss), len(fds))
     rss, fds = rss[:n], fds[:n]
     row = {"file": path, "policy": policy, "steps": n,
-           "failures": int(summary["failures"]) if summary and "failures" in summary else -1,
-           "revivals": int(summary["revivals"]) if summary and "revivals" in summary else -1,
+           "failures": kinds.count("kill"), "revivals": kinds.count("revive"),
            "rss": worst_growth(rss), "fds": worst_growth(fds)}
     problems = []
     if summary is None:

@@ -24,9 +24,10 @@ def write(path, rss, fds, summary=True, policy="ntp"):
         g = f.create_group("ranks")
         g.create_dataset("rss_bytes", data=np.asarray(rss, dtype="<i8"))
         g.create_dataset("open_fds", data=np.asarray(fds, dtype="<i4"))
+        events = np.array([(b"kill",), (b"heal",), (b"revive",), (b"kill",)], dtype=[("kind", "S16")])
+        f.create_dataset("events", data=events)
         if summary:
-            s = f.create_group("summary")
-            s.attrs["failures"], s.attrs["revivals"] = 3.0, 2.0
+            f.create_group("summary").attrs["steps"] = float(len(rss))
     return str(path)
 
 
@@ -46,6 +47,7 @@ def test_a_flat_run_passes(tmp_path):
     row, problems = soak.check_file(write(tmp_path / "flat.h5", rss, fds))
     assert problems == []
     assert abs(row["rss"].value) < 0.02 and row["fds"].value == 0
+    assert (row["failures"], row["revivals"]) == (2, 1)
     p = run_cli(tmp_path / "flat.h5")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "ok" in p.stdout.splitlines()[-1] and "RSS growth max" in p.stdout
