@@ -1,4 +1,4 @@
-"""Command line: python3 -m analysis {report,plot,simulate,watch} ..."""
+"""Command line: python3 -m analysis {report,plot,simulate,watch,soak} ..."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python3 -m analysis",
         description="Reports, plots and the cluster-scale goodput simulator for ntpbench results "
                     "(HDF5 schema 1, see results/README.md).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch,soak}")
 
     r = sub.add_parser("report", help="table of runs; checks /summary against the raw rows",
                        description="Print one row per run: policy, TP x DP, failures, throughput, goodput, "
@@ -42,6 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between looks (default 1)")
     w.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="give up after S seconds without /summary (default: wait until the run ends)")
+
+    sk = sub.add_parser("soak", help="check that memory and open files stay flat over a long run",
+                        description="For each results file: steps, failures, revivals, and the worst growth of "
+                                    "resident memory (/ranks/rss_bytes) and open file descriptors "
+                                    "(/ranks/open_fds) of any logical rank, between the first and the last 10% "
+                                    "of each process incarnation's samples (incarnations under 20 samples are "
+                                    "not judged). Exits 1 when a growth reaches 5%, when a file has no "
+                                    "incarnation long enough to judge, or when the run did not finish (no "
+                                    "/summary). The rule is in analysis/soak.py.")
+    sk.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
 
     s = sub.add_parser("simulate", help="cluster-scale goodput simulator (the NTP paper's Fig. 6/7)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -109,6 +119,9 @@ def main(argv=None) -> int:
     if args.command == "watch":
         from . import watch
         return watch.main(args)
+    if args.command == "soak":
+        from . import soak
+        return soak.main(args)
     if args.command == "plot":
         from . import plots
         return plots.main(args)

@@ -139,8 +139,14 @@ bench() {
   local name=$1 ranks=$2 filter=$3 json="$LOGDIR/bench-$1.json" note="" bind
   if [ ! -x "$BENCH_RES" ]; then BENCHES+=("$name|$ranks|-|-|-|not built"); return; fi
   if [ "$(left)" -lt 30 ]; then BENCHES+=("$name|$ranks|-|-|-|SKIPPED: budget"); return; fi
-  if [ "$(nproc)" -ge "$ranks" ]; then
-    bind=(--map-by hwthread:HWTCPUS --bind-to hwthread)
+  # A physical core per rank where there are enough (so no two ranks share one core's SMT
+  # siblings), else a logical CPU per rank, else oversubscribed.
+  local cores
+  cores=$(lscpu -p=CORE,SOCKET 2>/dev/null | grep -v '^#' | sort -u | wc -l)
+  if [ "${cores:-0}" -ge "$ranks" ] && [ "$(nproc)" -ge "$ranks" ]; then
+    bind=(--map-by core --bind-to core)
+  elif [ "$(nproc)" -ge "$ranks" ]; then
+    bind=(--map-by hwthread:HWTCPUS --bind-to hwthread); note="a logical CPU per rank ($cores cores); "
   else
     bind=(--oversubscribe --bind-to none); note="oversubscribed: $(nproc) CPUs; "
   fi

@@ -1,5 +1,7 @@
 #include "machine.hpp"
 
+#include <dirent.h>
+#include <malloc.h>
 #include <omp.h>
 #include <sched.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include <cblas.h>
+#include <hdf5.h>
 #include <fmt/format.h>
 
 #include "comm.hpp"
@@ -197,6 +200,31 @@ MachinePeak machine_sgemm_peak(Comm& world, int threads) {
       shape_text(kThreadShapes[0]) + ", " + shape_text(kThreadShapes[1]) + ", " + shape_text(kThreadShapes[2]),
       all[3], p.cache_path.empty() ? "no cache" : p.cache_path, p.cached, p.measured);
   return p;
+}
+
+ProcessUsage process_usage() {
+  ProcessUsage u;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) {
+      u.rss_bytes = std::atoll(line.c_str() + 6) * 1024;  // "VmRSS:   123456 kB"
+      break;
+    }
+  if (DIR* d = opendir("/proc/self/fd")) {
+    long long n = 0;
+    while (const dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+    u.open_fds = n - 1;  // the listing's own descriptor is not the process's
+  }
+  return u;
+}
+
+void configure_heap() { mallopt(M_MMAP_THRESHOLD, 128 * 1024); }
+
+void release_free_memory() {
+  H5garbage_collect();  // HDF5's free lists keep what a checkpoint read or write allocated
+  malloc_trim(0);
 }
 
 }  // namespace ntp

@@ -37,6 +37,24 @@ struct MachinePeak {
 };
 MachinePeak machine_sgemm_peak(Comm& world, int threads);
 
+// This process's resident memory (VmRSS of /proc/self/status, bytes) and open file descriptors
+// (entries of /proc/self/fd): sampled after every step for the soak's flatness check. -1 where
+// /proc cannot be read.
+struct ProcessUsage {
+  long long rss_bytes = -1;
+  long long open_fds = -1;
+};
+ProcessUsage process_usage();
+
+// glibc's heap for a long run: blocks of 128 KiB and more are mapped and unmapped on their own
+// (glibc's default raises that threshold each time such a block is freed, after which a
+// reconfiguration's buffers come from the heap and stay there after they are freed), so resident
+// memory follows what the process holds. Once per process, before the first large allocation.
+void configure_heap();
+// Hands the heap's free pages (and HDF5's free lists) back to the system: after a
+// reconfiguration, whose old layout's buffers were just freed, and after a checkpoint.
+void release_free_memory();
+
 // Where the probe cache lives: $XDG_CACHE_HOME/ntpbench/sgemm-peak.tsv, else
 // ~/.cache/ntpbench/sgemm-peak.tsv; empty when neither is known.
 std::string peak_cache_path();

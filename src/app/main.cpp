@@ -13,6 +13,7 @@
 #include "checkpoint.hpp"
 #include "cli.hpp"
 #include "fault.hpp"
+#include "machine.hpp"
 #include "run.hpp"
 
 namespace {
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  ntp::configure_heap();
   int code = 0;
   try {
     // A replacement for a dead rank, started by the survivors: it has no command line of its own.

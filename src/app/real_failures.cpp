@@ -153,6 +153,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       std::vector<std::string> how;
       const int steps_before = trainer_->steps_taken();
       const Recovery rc = trainer_->reconfigure(alive_);
+      release_free_memory();
       restored_ = restored_ || rc.restored;
       double worst[3] = {rc.detect, rc.reconfigure, rc.heal};
       group_->allreduce_max(worst, 3);

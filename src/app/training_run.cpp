@@ -36,10 +36,12 @@ std::string checkpoint_path(const Options& o, int step) {
   return (std::filesystem::path(checkpoint_dir_for(o)) / fmt::format("step_{:06d}.h5", step)).string();
 }
 
-// What every rank reports to rank 0 after a step (the metrics channel).
+// What every rank reports to rank 0 after a step (the metrics channel), its process's memory and
+// descriptors included (a soak checks they stay flat).
 struct Report {
   std::array<double, kPhaseCount> phases{};
   double trained = 0, loss = 0, grad_norm = 0, overruns = 0;
+  double rss_bytes = -1, open_fds = -1;
 };
 
 constexpr int kReportSize = sizeof(Report) / sizeof(double);
@@ -172,6 +174,7 @@ double TrainingRun::reconfigure(int s, const StepEvents& ev) {
   for (int r : ev.revive) alive_[r] = 1;
   const int before = trainer_->steps_taken();
   const Recovery rc = trainer_->reconfigure(alive_);
+  release_free_memory();
   // The recovery's figures: slowest rank for times, all ranks for bytes.
   double worst[3] = {rc.detect, rc.reconfigure, rc.heal};
   group_->allreduce_max(worst, 3);
@@ -295,15 +298,19 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   const double t_end = now();
   for (int k = 0; k < kPhaseCount; ++k) mine.phases[k] = r.phase_seconds[k] + waited[k];
   mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
+  const ProcessUsage usage = process_usage();
+  mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
   std::vector<double> gathered(root() ? std::size_t(group_->size()) * kReportSize : 0);
   group_->gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), root_index());
   if (!root()) return;
   std::fill(phase_rows_.begin(), phase_rows_.end(), std::array<double, kPhaseCount>{});
+  std::fill(usage_rows_.begin(), usage_rows_.end(), RankUsage{});
   Report agg;
   bool overrun = false;
   for (int k = 0; k < group_->size(); ++k) {
     const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
     phase_rows_[members_[k]] = rep->phases;
+    usage_rows_[members_[k]] = {static_cast<std::int64_t>(rep->rss_bytes), static_cast<std::int32_t>(rep->open_fds)};
     if (rep->trained && !agg.trained) agg = *rep;
     overrun = overrun || rep->overruns > 0;
   }
@@ -339,7 +346,7 @@ void TrainingRun::record_step(int s, const StepResult& r, double t_start, double
     rec_->event(make_event(t_end, s, "nonfinite", -1, -1, 0, 0,
                            fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
                                        o_.on_nonfinite == "skip" ? "skipped" : "the run stops")));
-  rec_->append(row, rr, phase_rows_);
+  rec_->append(row, rr, phase_rows_, usage_rows_);
   recorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
   if (r.samples > 0) {
     last_step_seconds_ = secs;
@@ -363,6 +370,7 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
   if (trainer_->save_checkpoint(path)) {
     trainer_->set_restore_point(path);
     last_ckpt_ = path;
+    release_free_memory();
     if (root()) {
       rec_->event(make_event(tc, s, "checkpoint", -1, -1, 3.0 * parameter_count(o_.model) * sizeof(float), now() - tc,
                              path));

@@ -55,7 +55,8 @@ class TrainingRun {
   TrainingRun(Options o, Comm& world, Schedule schedule, std::vector<std::string> hosts)
       : o_(std::move(o)), group_(&world), me_(world.rank()), schedule_(std::move(schedule)), hosts_(std::move(hosts)),
         threads_(configure_threads(o_.threads)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)),
-        alive_(world.size(), 1), phase_rows_(world.size()) {
+        alive_(world.size(), 1), phase_rows_(world.size()),
+        usage_rows_(world.size()) {
     if (!o_.init_from.empty()) trainer_->load_checkpoint(o_.init_from, o_.init_weights_only);
     o_.opt.total_steps = trainer_->steps_taken() + o_.steps;
     peak_ = find_peak(o_, world, threads_);
@@ -66,7 +67,8 @@ class TrainingRun {
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
       : o_(m.options), group_(group.get()), owned_group_(std::move(group)), me_(logical_rank),
         schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads)), alive_(m.state.alive),
-        phase_rows_(m.state.alive.size()), recorder_(m.recorder), last_ckpt_(m.last_checkpoint) {
+        phase_rows_(m.state.alive.size()), usage_rows_(m.state.alive.size()), recorder_(m.recorder),
+        last_ckpt_(m.last_checkpoint) {
     JoinState js = m.state;
     js.logical_rank = me_;
     trainer_ = std::make_unique<Trainer>(o_, *group_, o_.micro_batch, js);
@@ -131,6 +133,7 @@ class TrainingRun {
   std::unique_ptr<Recorder> rec_;  // root only
   std::vector<char> alive_;
   std::vector<std::array<double, kPhaseCount>> phase_rows_;
+  std::vector<RankUsage> usage_rows_;  // root: every rank's process after the step (-1: none)
   int recorder_ = 0;  // logical rank holding the results file
   std::optional<KillAt> doom_;
   StepResult last_;        // this rank's latest step result

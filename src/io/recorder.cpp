@@ -21,15 +21,27 @@
 namespace ntp {
 
 namespace {
+constexpr hsize_t kChunkRows = 64;
+
+// Rows are only appended: a dataset's chunk cache holds the chunk being filled and nothing else.
+// (HDF5's default keeps up to 1 MiB of written chunks per dataset, which made the recorder's
+// memory grow with the run until every cache was full.)
+h5::Handle append_only_access(hid_t type, std::size_t row_elems) {
+  h5::Handle dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose, "dapl");
+  H5Pset_chunk_cache(dapl, H5D_CHUNK_CACHE_NSLOTS_DEFAULT, kChunkRows * row_elems * H5Tget_size(type), 1.0);
+  return dapl;
+}
+
 h5::Handle make_extendible(hid_t loc, const std::string& name, hid_t type, std::vector<hsize_t> row_dims) {
-  std::vector<hsize_t> dims = {0}, maxdims = {H5S_UNLIMITED}, chunk = {64};
-  for (hsize_t d : row_dims) dims.push_back(d), maxdims.push_back(d), chunk.push_back(d);
+  std::vector<hsize_t> dims = {0}, maxdims = {H5S_UNLIMITED}, chunk = {kChunkRows};
+  std::size_t row_elems = 1;
+  for (hsize_t d : row_dims) dims.push_back(d), maxdims.push_back(d), chunk.push_back(d), row_elems *= d;
   h5::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxdims.data()), H5Sclose,
                    "dataspace " + name);
   h5::Handle plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "dcpl");
   H5Pset_chunk(plist, static_cast<int>(chunk.size()), chunk.data());
-  return h5::Handle(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, plist, H5P_DEFAULT), H5Dclose,
-                    "create " + name);
+  const h5::Handle dapl = append_only_access(type, row_elems);
+  return h5::Handle(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, plist, dapl), H5Dclose, "create " + name);
 }
 
 // Writes one row at index `row` of a dataset (over what is there).
@@ -130,13 +142,25 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int repli
   h5::set_attr(f, "ranks/phase_times", "phases", names);
   h5::set_attr(f, "ranks/phase_times", "units", std::string("seconds"));
   incarnations_ = make_extendible(f, "ranks/incarnations", incarnation_type_, {});
+  rss_ = make_extendible(f, "ranks/rss_bytes", H5T_STD_I64LE, {hsize_t(ranks)});
+  h5::set_attr(f, "ranks/rss_bytes", "units", std::string("bytes (VmRSS after the step; -1: no process)"));
+  fds_ = make_extendible(f, "ranks/open_fds", H5T_STD_I32LE, {hsize_t(ranks)});
+  h5::set_attr(f, "ranks/open_fds", "units", std::string("descriptors (after the step; -1: no process)"));
   h5::set_attr(f, "/", "schema_version", std::string(kSchemaVersion));
   flush();
 }
 
 namespace {
 h5::Handle open_dataset(hid_t f, const std::string& name) {
-  return h5::Handle(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose, "open " + name);
+  h5::Handle probe(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose, "open " + name);
+  h5::Handle type(H5Dget_type(probe), H5Tclose, "type of " + name);
+  h5::Handle space(H5Dget_space(probe), H5Sclose, "space of " + name);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space)));
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  std::size_t row_elems = 1;
+  for (std::size_t k = 1; k < dims.size(); ++k) row_elems *= dims[k];
+  const h5::Handle dapl = append_only_access(type, row_elems);
+  return h5::Handle(H5Dopen2(f, name.c_str(), dapl), H5Dclose, "open " + name);
 }
 
 // Every row of a dataset, read with `mem_type` into n * row_elems elements of T.
@@ -167,6 +191,8 @@ std::unique_ptr<Recorder> Recorder::reopen(const std::string& path, int ranks, i
   r->states_ = open_dataset(f, "replicas/state");
   r->phases_ = open_dataset(f, "ranks/phase_times");
   r->incarnations_ = open_dataset(f, "ranks/incarnations");
+  r->rss_ = open_dataset(f, "ranks/rss_bytes");
+  r->fds_ = open_dataset(f, "ranks/open_fds");
   r->rows_ = read_rows<StepRow>(r->steps_, r->row_type_, 1);
   r->event_rows_ = read_rows<EventRow>(r->events_, r->event_type_, 1);
   r->incarnation_rows_ = read_rows<IncarnationRow>(r->incarnations_, r->incarnation_type_, 1);
@@ -191,8 +217,10 @@ void Recorder::set_attr(const std::string& name, long long value) { h5::set_attr
 void Recorder::set_attr(const std::string& name, double value) { h5::set_attr(file_->id(), "/", name, value); }
 
 void Recorder::append(const StepRow& row, const ReplicaRow& rep,
-                      const std::vector<std::array<double, kPhaseCount>>& phase_seconds) {
-  if (static_cast<int>(phase_seconds.size()) != ranks_ || static_cast<int>(rep.tp_degree.size()) != replicas_)
+                      const std::vector<std::array<double, kPhaseCount>>& phase_seconds,
+                      const std::vector<RankUsage>& usage) {
+  if (static_cast<int>(phase_seconds.size()) != ranks_ || static_cast<int>(rep.tp_degree.size()) != replicas_ ||
+      static_cast<int>(usage.size()) != ranks_)
     throw std::logic_error("recorder: row shape changed");
   const auto n = static_cast<std::int64_t>(rows_.size());
   append_row(steps_, row_type_, n, {}, &row);
@@ -200,6 +228,11 @@ void Recorder::append(const StepRow& row, const ReplicaRow& rep,
   append_row(batches_, H5T_NATIVE_INT, n, {hsize_t(replicas_)}, rep.batch.data());
   append_row(states_, H5T_NATIVE_SCHAR, n, {hsize_t(replicas_)}, rep.state.data());
   append_row(phases_, H5T_NATIVE_DOUBLE, n, {hsize_t(ranks_), hsize_t(kPhaseCount)}, phase_seconds.data());
+  std::vector<std::int64_t> rss(usage.size());
+  std::vector<std::int32_t> fds(usage.size());
+  for (std::size_t k = 0; k < usage.size(); ++k) rss[k] = usage[k].rss_bytes, fds[k] = usage[k].open_fds;
+  append_row(rss_, H5T_NATIVE_INT64, n, {hsize_t(ranks_)}, rss.data());
+  append_row(fds_, H5T_NATIVE_INT32, n, {hsize_t(ranks_)}, fds.data());
   rows_.push_back(row);
   replica_rows_.push_back(rep);
   flush();

@@ -58,6 +58,13 @@ struct IncarnationRow {
   double t_start, t_end;  // seconds since the run started; t_end NaN while it lives
 };
 
+// One rank's process after a step (/ranks/rss_bytes, /ranks/open_fds): -1 where no live process
+// of the rank reported (dead, or a row written without its report).
+struct RankUsage {
+  std::int64_t rss_bytes = -1;
+  std::int32_t open_fds = -1;
+};
+
 struct ReplicaRow {
   std::vector<int> tp_degree, batch;
   std::vector<signed char> state;
@@ -75,9 +82,10 @@ class Recorder {
   void set_attr(const std::string& name, const std::string& value);
   void set_attr(const std::string& name, long long value);
   void set_attr(const std::string& name, double value);
-  // Appends a step: its row, each replica's degree/batch/state, and every rank's phase times; flushes.
+  // Appends a step: its row, each replica's degree/batch/state, every rank's phase times and
+  // process usage; flushes.
   void append(const StepRow& row, const ReplicaRow& replicas,
-              const std::vector<std::array<double, kPhaseCount>>& phase_seconds);
+              const std::vector<std::array<double, kPhaseCount>>& phase_seconds, const std::vector<RankUsage>& usage);
   void event(const EventRow& e);
   // A process takes logical rank `rank` at time t; the rank's current process ends at time t.
   void incarnation_start(int rank, long long pid, const std::string& host, double t);
@@ -97,7 +105,8 @@ class Recorder {
   std::string path_;
   std::unique_ptr<h5::File> file_;
   h5::Handle steps_, tp_degrees_, batches_, states_, phases_, events_, row_type_, event_type_, kind_type_,
-      detail_type_, incarnations_, incarnation_type_, host_type_;
+      detail_type_, incarnations_, incarnation_type_, host_type_,
+      rss_, fds_;
   int ranks_ = 0, replicas_ = 0;
   std::vector<StepRow> rows_;
   std::vector<ReplicaRow> replica_rows_;

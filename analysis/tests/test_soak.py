@@ -1,0 +1,103 @@
+"""`python -m analysis soak` on synthetic files: a leak (growing memory or descriptors) is flagged,
+a flat run passes, and a revived rank's new process is judged on its own samples (the end-to-end
+check that real runs write the samples is tests/integration/test_soak.py)."""
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from analysis import soak
+from analysis.tests.conftest import REPO
+
+STEPS, RANKS = 200, 8
+BASE_RSS, BASE_FDS = 32_000_000, 20
+
+
+def write(path, rss, fds, summary=True, policy="ntp"):
+    with h5py.File(path, "w") as f:
+        f.attrs["schema_version"] = "1"
+        f.attrs["policy"] = policy
+        f.attrs["config"] = json.dumps({"steps": len(rss)})
+        g = f.create_group("ranks")
+        g.create_dataset("rss_bytes", data=np.asarray(rss, dtype="<i8"))
+        g.create_dataset("open_fds", data=np.asarray(fds, dtype="<i4"))
+        events = np.array([(b"kill",), (b"heal",), (b"revive",), (b"kill",)], dtype=[("kind", "S16")])
+        f.create_dataset("events", data=events)
+        if summary:
+            f.create_group("summary").attrs["steps"] = float(len(rss))
+    return str(path)
+
+
+def flat(rng):
+    """Samples that wobble by +-1% around a constant, as a healthy process's do."""
+    rss = BASE_RSS * (1 + 0.01 * rng.uniform(-1, 1, (STEPS, RANKS)))
+    return rss.astype(np.int64), np.full((STEPS, RANKS), BASE_FDS)
+
+
+def run_cli(*paths):
+    return subprocess.run([sys.executable, "-m", "analysis", "soak", *map(str, paths)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_flat_run_passes(tmp_path):
+    rss, fds = flat(np.random.default_rng(0))
+    row, problems = soak.check_file(write(tmp_path / "flat.h5", rss, fds))
+    assert problems == []
+    assert abs(row["rss"].value) < 0.02 and row["fds"].value == 0
+    assert (row["failures"], row["revivals"]) == (2, 1)
+    p = run_cli(tmp_path / "flat.h5")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "ok" in p.stdout.splitlines()[-1] and "RSS growth max" in p.stdout
+
+
+def test_growing_memory_on_one_rank_fails(tmp_path):
+    rss, fds = flat(np.random.default_rng(1))
+    rss[:, 5] += np.arange(STEPS) * 20_000  # 20 kB a step: 12% over the run
+    path = write(tmp_path / "leak.h5", rss, fds)
+    row, problems = soak.check_file(path)
+    assert row["rss"].rank == 5 and row["rss"].value > 0.05
+    assert any("RSS grew" in p and "rank 5" in p for p in problems)
+    p = run_cli(path)
+    assert p.returncode == 1 and "FAIL" in p.stdout and "RSS grew" in p.stderr
+
+
+def test_growing_descriptors_fail(tmp_path):
+    rss, fds = flat(np.random.default_rng(2))
+    fds[:, 2] += np.arange(STEPS) // 20  # one more descriptor every 20 steps: 20 -> 29
+    row, problems = soak.check_file(write(tmp_path / "fds.h5", rss, fds))
+    assert row["fds"].rank == 2 and any("open fds grew" in p for p in problems)
+
+
+def test_a_revived_process_is_judged_on_its_own_samples(tmp_path):
+    # Rank 3 dies at step 80 (no sample), and its new process starts 5 steps later from a larger
+    # baseline: two incarnations, each flat, so no growth; joined into one series it would be 20%.
+    rss, fds = flat(np.random.default_rng(3))
+    rss[80:85, 3], fds[80:85, 3] = -1, -1
+    rss[85:, 3] = rss[85:, 3] * 1.2
+    row, problems = soak.check_file(write(tmp_path / "revived.h5", rss, fds))
+    assert problems == [] and row["rss"].total == RANKS + 1 and row["rss"].judged == RANKS + 1
+    assert row["rss"].value < 0.02
+
+
+def test_too_few_samples_and_an_unfinished_run_fail(tmp_path):
+    rss, fds = flat(np.random.default_rng(4))
+    _, problems = soak.check_file(write(tmp_path / "short.h5", rss[:soak.MIN_SAMPLES - 1], fds[:soak.MIN_SAMPLES - 1]))
+    assert any("too few samples" in p for p in problems)
+    _, problems = soak.check_file(write(tmp_path / "cut.h5", rss, fds, summary=False))
+    assert any("did not finish" in p for p in problems)
+    path = write(tmp_path / "short-run.h5", rss, fds)
+    with h5py.File(path, "a") as f:
+        f.attrs["config"] = json.dumps({"steps": STEPS + 10})
+    _, problems = soak.check_file(path)
+    assert any(f"{STEPS} rows of samples for a run of {STEPS + 10} steps" in p for p in problems)
+
+
+@pytest.mark.parametrize("column, expect", [
+    ([5, 5, -1, 6, 6, 0, 7], [[5, 5], [6, 6], [7]]),
+    ([-1, -1], []),
+])
+def test_incarnations_are_runs_of_samples(column, expect):
+    assert [s.tolist() for s in soak.incarnations(np.array(column))] == expect
