@@ -150,8 +150,9 @@ class NcclComm final : public Comm {
   bool agree(bool ok) override { return host_->agree(ok); }
   bool peer_failed() override { return host_->peer_failed(); }
   std::unique_ptr<Comm> shrink() override { return wrap(host_->shrink()); }
-  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count) override {
-    return wrap(host_->spawn(command, args, count));
+  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count,
+                              const std::vector<std::string>& hosts) override {
+    return wrap(host_->spawn(command, args, count, hosts));
   }
 
  private:

@@ -84,8 +84,9 @@ class HostStagedComm final : public Comm {
   bool agree(bool ok) override { return inner_->agree(ok); }
   bool peer_failed() override { return inner_->peer_failed(); }
   std::unique_ptr<Comm> shrink() override { return wrap(inner_->shrink()); }
-  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count) override {
-    return wrap(inner_->spawn(command, args, count));
+  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count,
+                              const std::vector<std::string>& hosts) override {
+    return wrap(inner_->spawn(command, args, count, hosts));
   }
 
  private:
