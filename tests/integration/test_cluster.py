@@ -14,6 +14,7 @@ import subprocess
 import time
 
 import h5py
+import numpy as np
 import pytest
 
 from conftest import ENV, MPIRUN, NTPBENCH, ROOT, ULFM, replay
@@ -187,7 +188,7 @@ def test_two_nodes_through_a_hostfile_and_the_link_model(cluster):
     paced TP all-reduces then cross nodes and take the scale-out link (--dp-gbps), so they slow down."""
     d, env = cluster
     paced = ["--timing", "paced", "--device-gflops", 0.5, "--dp-gbps", 0.01, "--steps", 4]
-    tp_comm = {}
+    tp_comm, seen = {}, {}
     for mapping in ("ppr:4:node", "node"):
         out = d / f"hostfile-{mapping}.h5"
         p = hostfile_mpirun(d, env, 2, 8, mapping, *TINY, *paced, "--out", out)
@@ -197,14 +198,18 @@ def test_two_nodes_through_a_hostfile_and_the_link_model(cluster):
         with h5py.File(out, "r") as f:
             names = f["ranks/phase_times"].attrs["phases"]
             phases = (names.decode() if isinstance(names, bytes) else str(names)).split(",")
-            tp_comm[mapping] = float(f["ranks/phase_times"][1:, :, phases.index("tp_comm")].mean())
+            # Median over (step, rank) after the first step: one stalled step (a TCP retransmit on a
+            # fresh link, a starved core) must not stand for the link model.
+            per_step = f["ranks/phase_times"][1:, :, phases.index("tp_comm")]
+            tp_comm[mapping] = float(np.median(per_step))
+            seen[mapping] = per_step.round(4).tolist()
         if mapping == "ppr:4:node":
             assert hosts == BLOCK
             replay(out)
         else:
             assert hosts == ["node1", "node2"] * 4
             assert "the TP group of ranks 0..3 spans hosts node1, node2" in p.stdout
-    assert tp_comm["node"] > 2 * tp_comm["ppr:4:node"], tp_comm
+    assert tp_comm["node"] > 2 * tp_comm["ppr:4:node"], (tp_comm, seen)
 
 
 def test_sbatch_refuses_tp_groups_that_do_not_fit_a_node(cluster):
@@ -237,8 +242,10 @@ def check_node_failure(h5, revived, collateral_ok=False):
         if revived:
             assert st["live_ranks"][-1] == 12 and st["active_replicas"][-1] == 3
     rep = report(h5)
-    line = next(line for line in rep.splitlines() if "4-7" in line)
-    assert line.split()[:2] == ["8", str(len(dead))] and "node2 (4)" in line, rep  # step 8, GPUs lost
+    # The failure row names node2 lost whole; its ranks read "4-7", or wider with collateral deaths.
+    line = next((line for line in rep.splitlines() if "node2 (4)" in line), "")
+    assert line.split()[:2] == ["8", str(len(dead))], rep  # step 8, GPUs lost
+    assert dead != [4, 5, 6, 7] or line.split()[2] == "4-7", rep
     replay(h5)
 
 
@@ -312,6 +319,6 @@ def test_a_node_killed_from_outside(cluster):
         st = f["steps"][()]
         assert len(st) == 40 and st["live_ranks"][-1] == 12 - len(dead) and 1 <= st["active_replicas"][-1] <= 2
     rep = report(d / "outside.h5")
-    line = next(line for line in rep.splitlines() if "4-7" in line)
-    assert "node2 (4)" in line and line.split()[1] == str(len(dead)), rep  # GPUs lost; node2 lost whole
+    line = next((line for line in rep.splitlines() if "node2 (4)" in line), "")  # node2 lost whole
+    assert len(line.split()) > 1 and line.split()[1] == str(len(dead)), rep  # GPUs lost
     replay(d / "outside.h5")
