@@ -368,7 +368,6 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
   const std::string path = checkpoint_path(o_, trainer_->steps_taken());
   const double tc = now();
   if (trainer_->save_checkpoint(path)) {
-    trainer_->set_restore_point(path);
     last_ckpt_ = path;
     release_free_memory();
     if (root()) {

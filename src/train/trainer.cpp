@@ -212,21 +212,23 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
 }
 
 bool Trainer::save_checkpoint(const std::string& path) {
-  if (!live_) return false;
   int source = -1;
   for (int q = 0; q < topo_.replicas && source < 0; ++q)
     if (cfg_.replicas[q].active()) source = q;
   if (source < 0) return false;
-  const auto& rp = cfg_.replicas[source];
-  std::vector<int> live_rank(n_, -1);
-  for (int r = 0, k = 0; r < n_; ++r)
-    if (cfg_.alive[r]) live_rank[r] = k++;
-  std::vector<int> ranks;
-  for (int w : rp.ranks) ranks.push_back(live_rank[w]);
-  const SourceOwners owners = owners_in_replica(rp.layout, ranks);
-  CheckpointMeta meta{steps_, cursor_, true};
-  // Live ranks outside the source replica take part in the exchange with nothing to send.
-  ntp::save_checkpoint(path, *live_, ranks[0], owners, o_.model, model_.get(), opt_.get(), meta);
+  if (live_) {
+    const auto& rp = cfg_.replicas[source];
+    std::vector<int> live_rank(n_, -1);
+    for (int r = 0, k = 0; r < n_; ++r)
+      if (cfg_.alive[r]) live_rank[r] = k++;
+    std::vector<int> ranks;
+    for (int w : rp.ranks) ranks.push_back(live_rank[w]);
+    const SourceOwners owners = owners_in_replica(rp.layout, ranks);
+    CheckpointMeta meta{steps_, cursor_, true};
+    // Live ranks outside the source replica take part in the exchange with nothing to send.
+    ntp::save_checkpoint(path, *live_, ranks[0], owners, o_.model, model_.get(), opt_.get(), meta);
+  }
+  restore_path_ = path;
   return true;
 }
 

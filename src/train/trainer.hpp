@@ -118,13 +118,13 @@ class Trainer {
   std::string communication() const;
   Pacer& pacer() { return pacer_; }
 
-  // Collective over the live ranks (others return at once): the first active replica gathers to
-  // its first rank, which writes. Returns false when no replica is active.
+  // Collective over the live ranks (fenced dead ranks take no part): the first active replica
+  // gathers to its first rank, which writes. Every rank of the group, dead ones included, then
+  // restores from this file: a fenced rank revived later must restore from where its peers do.
+  // Returns false when no replica is active (nothing written).
   bool save_checkpoint(const std::string& path);
   // Loads weights (and optimizer state, step and cursor unless weights_only) on training ranks.
   void load_checkpoint(const std::string& path, bool weights_only);
-  // Where restores come from (set after each checkpoint written); empty: the initial state.
-  void set_restore_point(const std::string& path) { restore_path_ = path; }
 
  private:
   void build_comms();

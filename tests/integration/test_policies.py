@@ -82,6 +82,21 @@ def test_every_replica_down_idles_until_a_revival(tmp_path):
     replay(out)
 
 
+def test_a_rank_dead_at_a_checkpoint_restores_from_it_after_its_revival(tmp_path):
+    """Rank 2 is down when step 5's checkpoint is written (replica 0 sits out), comes back, and is
+    among the live ranks when every replica goes down and replica 1 restores that checkpoint. When
+    replica 0 then returns, every one of its ranks must hold the restored state: rank 2 too knows
+    the checkpoint it missed (found by the dp-drop soak, whose replay disagreed)."""
+    out = tmp_path / "missed.h5"
+    text = ("events:\n  - {step: 3, kill: [2]}\n  - {step: 7, revive: [2]}\n  - {step: 8, kill: [6]}\n"
+            "  - {step: 10, kill: [2]}\n  - {step: 12, revive: [6]}\n  - {step: 14, revive: [2]}\n")
+    p = ntpbench(8, *TINY, "--tp", 4, "--steps", 16, "--policy", "dp-drop", "--checkpoint-every", 5,
+                 "--schedule", schedule(tmp_path, text), "--out", out)
+    assert "restored" in p.stdout and "step_000005.h5 (optimizer step 5)" in p.stdout, p.stdout
+    assert replicas(out).tolist()[13] == [4, 4]
+    replay(out)
+
+
 def test_every_replica_down_without_revival_is_refused(tmp_path):
     out = tmp_path / "never.h5"
     text = "events:\n  - {step: 4, kill: [3, 7]}\n"
