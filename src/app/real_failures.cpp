@@ -150,6 +150,10 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       for (const auto& h : schedule_.at(s).nodes_killed)  // a scheduled node failure among the losses
         for (int r : lost)
           if (hosts_[r] == h && (ev.nodes_killed.empty() || ev.nodes_killed.back() != h)) ev.nodes_killed.push_back(h);
+      if (root()) {  // before the reconfiguration, so that a missing row shows the step as it ran
+        if (!rec_) take_over_recorder(lost);
+        write_missing_row();  // the previous step's, if a failure kept it out of the file
+      }
       std::vector<std::string> how;
       const int steps_before = trainer_->steps_taken();
       const Recovery rc = trainer_->reconfigure(alive_);
@@ -168,7 +172,6 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
                                      s, dead, o_.policy));
       }
       if (root()) {
-        if (!rec_) take_over_recorder(lost);
         const StepEvents& sched = schedule_.at(s);
         fmt::print("step {:5d}: rank(s) {} died | first survivor noticed {:.2f} ms into the step, the last {:.2f} ms "
                    "later | revoke + agree + shrink {:.2f} ms\n",

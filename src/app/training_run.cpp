@@ -234,11 +234,9 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
   for (;;) {
     const double t_start = now();
     double idle_seconds = 0;
-    const int before = trainer_->steps_taken();
     try {
       if (doom_ == KillAt::Start) die();
-      const StepResult r = attempt(idle_seconds);
-      last_ = r;
+      const StepResult r = attempt(s, t_start, recovery_seconds, idle_seconds);
       report(s, r, t_start, recovery_seconds, idle_seconds);
       if (r.nonfinite) {
         // Every rank knows (the trainer reduced the flag): the same decision everywhere.
@@ -254,22 +252,24 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
       return;
     } catch (const PeerFailure& e) {
       if (!signal()) throw;
-      restored_ = false;
-      recovery_seconds += recover(s, e, t_start);
-      // A step that committed before the failure showed (uniformly: the agreement) is not redone,
-      // unless the repair restored a checkpoint; if its row died with the recorder, the new one
-      // writes what it knows (its own phases).
-      if (!restored_ && trainer_->steps_taken() != before) {
-        if (root() && static_cast<int>(rec_->rows().size()) < s) record_step(s, last_, t_start, now(), recovery_seconds, 0);
+      if (finished_.step == s) {
+        // The attempt had finished (its step committed on every rank: the agreement before the
+        // update) and the failure showed only after it, in the metrics gather or the checkpoint.
+        // Other ranks may be in the next step already, where the repair belongs: this rank keeps
+        // the step and meets the failure again at the next step's first call (the group is
+        // revoked, or a peer is dead), so every survivor repairs in the same step.
+        write_missing_row();
         return;
       }
+      restored_ = false;
+      recovery_seconds += recover(s, e, t_start);
     }
   }
 }
 
-// One attempt at the step: the trainer's step (which agrees before the update in signal mode),
+// One attempt at step s: the trainer's step (which agrees before the update in signal mode),
 // then the wait that ends every rank's row at the same moment.
-StepResult TrainingRun::attempt(double& idle_seconds) {
+StepResult TrainingRun::attempt(int s, double t_start, double recovery_seconds, double& idle_seconds) {
   if (trainer_->configuration().active_replicas() == 0) {
     // Nobody can train: the slot lasts as long as a healthy step would (the repair is measured
     // in steps), and it counts against goodput.
@@ -280,6 +280,13 @@ StepResult TrainingRun::attempt(double& idle_seconds) {
     idle_seconds = wait;
   }
   const StepResult r = trainer_->step();  // with no active replica: advances nothing
+  // The step has committed (or the idle slot passed): a failure from here on does not undo it.
+  last_ = r;
+  finished_ = {s, r, t_start, now(), recovery_seconds, idle_seconds};
+  if (root()) {  // the row's per-rank parts, filled by the metrics gather (report)
+    std::fill(phase_rows_.begin(), phase_rows_.end(), std::array<double, kPhaseCount>{});
+    std::fill(usage_rows_.begin(), usage_rows_.end(), RankUsage{});
+  }
   {
     // Ranks that trained less (or not at all) wait here for the rest: idle time, and every
     // rank's phases of this row then end at the same moment.
@@ -300,11 +307,13 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
   const ProcessUsage usage = process_usage();
   mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
+  if (root()) {  // its own part first: a row written after a failed gather holds what the root knows
+    phase_rows_[me_] = mine.phases;
+    usage_rows_[me_] = {static_cast<std::int64_t>(mine.rss_bytes), static_cast<std::int32_t>(mine.open_fds)};
+  }
   std::vector<double> gathered(root() ? std::size_t(group_->size()) * kReportSize : 0);
   group_->gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), root_index());
   if (!root()) return;
-  std::fill(phase_rows_.begin(), phase_rows_.end(), std::array<double, kPhaseCount>{});
-  std::fill(usage_rows_.begin(), usage_rows_.end(), RankUsage{});
   Report agg;
   bool overrun = false;
   for (int k = 0; k < group_->size(); ++k) {
@@ -361,6 +370,16 @@ void TrainingRun::record_step(int s, const StepResult& r, double t_start, double
   else
     fmt::print("step {:5d}/{} | idle: every replica is down | {:8.1f} ms\n", s, o_.steps, secs * 1e3);
   std::fflush(stdout);
+}
+
+// The recorder: the last finished step's row, if a failure kept it out of the file. It holds the
+// phases the recorder knows (its own when the metrics gather failed, none when it inherited the file).
+void TrainingRun::write_missing_row() {
+  const Attempt& a = finished_;
+  if (!root() || a.step == 0 || static_cast<int>(rec_->rows().size()) >= a.step) return;
+  if (static_cast<int>(rec_->rows().size()) < a.step - 1)
+    throw std::logic_error(fmt::format("the results file lacks rows before step {}", a.step));
+  record_step(a.step, a.r, a.t_start, a.t_end, a.recovery_seconds, a.idle_seconds);
 }
 
 void TrainingRun::maybe_checkpoint(int s, bool trained) {

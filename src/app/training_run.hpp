@@ -105,7 +105,7 @@ class TrainingRun {
   bool signal() const { return o_.kill_mode == "signal"; }
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
   void arm();
-  StepResult attempt(double& idle_seconds);
+  StepResult attempt(int s, double t_start, double recovery_seconds, double& idle_seconds);
   void report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds);
   double recover(int s, const PeerFailure& e, double t_attempt);
   double revive(int s, const std::vector<int>& ranks);
@@ -119,6 +119,7 @@ class TrainingRun {
                        double t_kill = -1);
   void record_step(int s, const StepResult& r, double t_start, double t_end, double recovery_seconds,
                    double idle_seconds);
+  void write_missing_row();
 
   Options o_;
   Comm* group_;                       // the live ranks, in logical order
@@ -135,9 +136,18 @@ class TrainingRun {
   std::vector<std::array<double, kPhaseCount>> phase_rows_;
   std::vector<RankUsage> usage_rows_;  // root: every rank's process after the step (-1: none)
   int recorder_ = 0;  // logical rank holding the results file
-  std::optional<KillAt> doom_;
-  StepResult last_;        // this rank's latest step result
-  bool restored_ = false;  // the last repair fell back to a checkpoint  // signal mode: this rank's scheduled death in the current step
+  std::optional<KillAt> doom_;  // signal mode: this rank's scheduled death in the current step
+  StepResult last_;             // this rank's latest step result
+  // This rank's last finished attempt (its step committed everywhere, or it was an idle slot): the
+  // row a failure kept out of the results file (a failed metrics gather, a recorder that died) is
+  // written from it by whoever then holds the file.
+  struct Attempt {
+    int step = 0;
+    StepResult r;
+    double t_start = 0, t_end = 0, recovery_seconds = 0, idle_seconds = 0;
+  };
+  Attempt finished_;
+  bool restored_ = false;  // the last repair fell back to a checkpoint
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::vector<double> healthy_step_seconds_;
   std::string last_ckpt_;
