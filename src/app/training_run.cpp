@@ -405,6 +405,7 @@ int TrainingRun::train(int first, double recovery_before_first) {
       const bool done = s == first && recovery_before_first >= 0;
       run_step(s, done ? recovery_before_first : apply_events(s));
     }
+    write_final_checkpoint();
   } catch (const NoProgress& e) {
     abandon(e);
     return e.exit_code;
@@ -412,16 +413,30 @@ int TrainingRun::train(int first, double recovery_before_first) {
   return finish();
 }
 
+// The end-of-run checkpoint (for --replay and resuming). A death while it is written (signal
+// mode) is repaired as in a step, counted at the last step, and the checkpoint written again by
+// the survivors.
+void TrainingRun::write_final_checkpoint() {
+  for (;;) {
+    const std::string final_path = checkpoint_path(o_, trainer_->steps_taken());
+    if (!o_.final_checkpoint || last_ckpt_ == final_path) return;
+    const double t_start = now();
+    try {
+      if (trainer_->save_checkpoint(final_path)) last_ckpt_ = final_path;
+      group_->barrier();
+      if (trainer_->configuration().active_replicas() == 0 && root())
+        fmt::print("no replica is active at the end: no final checkpoint\n");
+      return;
+    } catch (const PeerFailure& e) {
+      if (!signal()) throw;
+      recover(o_.steps, e, t_start);
+    }
+  }
+}
+
 int TrainingRun::finish() {
   // Every rank knows whether the last step was non-finite (the trainer reduced the flag).
   const int code = last_.nonfinite ? 4 : 0;
-  const std::string final_path = checkpoint_path(o_, trainer_->steps_taken());
-  if (o_.final_checkpoint && last_ckpt_ != final_path) {
-    if (trainer_->save_checkpoint(final_path)) last_ckpt_ = final_path;
-    group_->barrier();
-    if (trainer_->configuration().active_replicas() == 0 && root())
-      fmt::print("no replica is active at the end: no final checkpoint\n");
-  }
   const GroupBarrierOnExit last{*group_};
   if (!root()) return code;
   const double wall = now();

@@ -89,6 +89,7 @@ class TrainingRun {
   // the exit code: 0; 3 when failures leave no way forward; 4 for a non-finite loss or gradient
   // norm (a stop, or a last step that --on-nonfinite skip could not save).
   int train(int first, double recovery_before_first = -1);
+  void write_final_checkpoint();
   int finish();
   // After NoProgress: the root closes the file with what it holds (a /summary over the rows).
   void abandon(const NoProgress& e);
