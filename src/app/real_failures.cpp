@@ -21,7 +21,8 @@ nlohmann::json to_json(const JoinMessage& m) {
           {"valid", std::vector<int>(s.valid.begin(), s.valid.end())}, {"cursor", s.cursor},
           {"initial_cursor", s.initial_cursor}, {"steps", s.steps}, {"initial_steps", s.initial_steps},
           {"restore_path", s.restore_path}, {"last_checkpoint", m.last_checkpoint},
-          {"threads", m.options.threads}, {"recorder", m.recorder}, {"hosts", m.hosts}};
+          {"threads", m.options.threads}, {"recorder", m.recorder}, {"hosts", m.hosts},
+          {"peak_gflops", m.peak.gflops}, {"peak_source", m.peak.source}};
 }
 
 JoinMessage join_message_from_json(const nlohmann::json& j) {
@@ -41,6 +42,7 @@ JoinMessage join_message_from_json(const nlohmann::json& j) {
   m.last_checkpoint = j.at("last_checkpoint");
   m.recorder = j.at("recorder");
   m.hosts = j.at("hosts").get<std::vector<std::string>>();
+  m.peak = {j.at("peak_gflops").get<double>(), j.at("peak_source").get<std::string>()};
   return m;
 }
 
@@ -87,6 +89,7 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
   m.last_checkpoint = last_ckpt_;
   m.recorder = recorder_;
   m.hosts = hosts_;
+  m.peak = peak_;
   broadcast_string(*merged, merged->rank() == 0 ? to_json(m).dump() : std::string());
   adopt(merged->split(0, me_));
   record_processes(ranks);

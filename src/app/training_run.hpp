@@ -38,6 +38,7 @@ struct JoinMessage {
   std::string last_checkpoint;
   int recorder = 0;                // logical rank holding the results file
   std::vector<std::string> hosts;  // each logical rank's host at job start
+  Peak peak;                       // the run's MFU denominator, fixed at its start
 };
 
 // Real failures left no replica able to train and no revival is scheduled: the run cannot go on.
@@ -66,8 +67,8 @@ class TrainingRun {
   // A replacement process: the survivors' state from `m`, over `group` (which includes it).
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
       : o_(m.options), group_(group.get()), owned_group_(std::move(group)), me_(logical_rank),
-        schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads)), alive_(m.state.alive),
-        phase_rows_(m.state.alive.size()), usage_rows_(m.state.alive.size()), recorder_(m.recorder),
+        schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads)), peak_(m.peak),
+        alive_(m.state.alive), phase_rows_(m.state.alive.size()), usage_rows_(m.state.alive.size()), recorder_(m.recorder),
         last_ckpt_(m.last_checkpoint) {
     JoinState js = m.state;
     js.logical_rank = me_;

@@ -170,6 +170,23 @@ def run_and_kill(tmp_path, out, ranks, args, victim, min_steps=3):
     return proc.returncode, output
 
 
+def test_a_replacement_that_becomes_the_recorder_reports_mfu(tmp_path):
+    """Rank 0 dies and comes back as a new process; then rank 1, the recorder since, dies: the
+    replacement of rank 0, now the lowest live rank, takes the file over and must know the run's
+    peak (it never probed one) so that its rows and /summary carry an MFU."""
+    out = tmp_path / "r0r1.h5"
+    text = ("events:\n  - {step: 2, kill: [0], at: backward}\n  - {step: 4, revive: [0]}\n"
+            "  - {step: 6, kill: [1], at: forward}\n  - {step: 8, revive: [1]}\n")
+    p = ntpbench(4, "--preset", "tiny", "--micro-batch", 4, "--kill-mode", "signal", "--tp", 2, "--steps", 9,
+                 "--schedule", schedule(tmp_path, text), "--out", out)
+    assert "logical rank 0 takes over the results file" in p.stdout, p.stdout
+    s = steps(out)
+    assert len(s) == 9 and np.isfinite(s["mfu"]).all() and (s["mfu"] > 0).all(), s["mfu"]
+    with h5py.File(out, "r") as f:
+        assert f["summary"].attrs["mfu"] > 0
+    replay(out)
+
+
 def test_no_way_forward_ends_the_run_with_the_dead_ranks_named(tmp_path):
     # One replica under dp-drop: a death stops it, and nothing will revive it.
     out = tmp_path / "stuck.h5"
