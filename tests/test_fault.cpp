@@ -110,6 +110,13 @@ TEST(Fault, SpawnedProcessJoinsTheGroup) {
   EXPECT_EQ(x, before + 1.0);
 }
 
+// Run alone by test_fault_spawn_deadline (NTPBENCH_SPAWN_TIMEOUT_S=3): a new process that never
+// joins (a program without MPI) must end the parents at the deadline with the message, not hang.
+TEST(Fault, DISABLED_SpawnThatNeverJoinsEndsAtTheDeadline) {
+  g_world->spawn("/bin/sleep", {"10"}, 1);  // the launcher waits for it to end
+  ADD_FAILURE() << "the spawn returned";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -254,6 +254,11 @@ ParseResult parse_options(int argc, char** argv, bool print) {
   add_failure_and_timing_flags(app, o);
   app.set_config("--config", "", "Read any of these flags from a TOML file (CLI11 syntax: name = value)");
   app.allow_config_extras(false);  // a misspelt key in a config file is an error, not a silent default
+  app.footer(
+      "Exit codes: 0 the run finished; 1 an internal or MPI error on some rank (its message names it); 2 bad "
+      "flags, schedule, config or checkpoint; 3 failures left no replica able to train and no "
+      "revival is scheduled (the results file holds every step so far); 4 a non-finite loss or gradient norm; 5 "
+      "new processes for a revival did not join within 300 s (Open MPI did not report why).");
   try {
     app.parse(argc, argv);
     resolve(m, o);
