@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "checkpoint.hpp"
+#include "model.hpp"
 #include "self_comm.hpp"
 #include "temp_file.hpp"
 
@@ -20,8 +21,8 @@ struct Job {
   ntp::ModelConfig m{16, 4, 1, 2, 8};
   std::unique_ptr<ntp::Backend> be = ntp::make_cpu_backend();
   ntp::fuzz::SelfComm self;
-  ntp::GptModel model{*be, m, ntp::TpLayout::even(m, 1), 0, self, 1, 4};
-  ntp::AdamW opt{*be, model.layout(), ntp::OptimizerConfig{}};
+  std::unique_ptr<ntp::Model> model = ntp::make_model(*be, m, ntp::TpLayout::even(m, 1), 0, self, 1, 4);
+  ntp::AdamW opt{*be, model->layout(), ntp::OptimizerConfig{}};
 };
 }  // namespace
 
@@ -29,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static Job job;  // built once: a fresh model per input would be most of the time spent
   const std::string path = ntp::fuzz::write_input(data, size, ".h5");
   try {
-    ntp::load_checkpoint(path, job.model, &job.opt);
+    ntp::load_checkpoint(path, *job.model, &job.opt);
   } catch (const ntp::CheckpointError&) {
   } catch (const std::runtime_error& e) {
     if (std::string_view(e.what()).substr(0, 6) != "HDF5: ") throw;  // not the HDF5 layer's: a bug
