@@ -199,7 +199,8 @@ void add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int
       events[step].kill.push_back(r);
       events[step].kill_at.push_back(KillAt(phase >= 0 ? phase : int(phase_rng() % 5)));
       const long long back = step + repair;
-      if (back <= steps) events[int(back)].revive.push_back(r);
+      if (back > steps) break;  // down for the rest of the run (repair_steps may exceed any int)
+      events[int(back)].revive.push_back(r);
       step = int(back);  // alive again from `back`; the loop's ++ moves past it
     }
   }
