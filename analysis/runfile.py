@@ -34,8 +34,8 @@ REPLICA_DATASETS = ("tp_degree", "batch", "state")
 EVENT_FIELDS = ("time", "step", "kind", "rank", "replica", "bytes", "duration", "detail")
 EVENT_DTYPES = {"time": "float64", "step": "int64", "kind": "object", "rank": "int32",
                 "replica": "int32", "bytes": "float64", "duration": "float64", "detail": "object"}
-PHASES = ("forward", "backward", "tp_comm", "dp_comm", "reshard", "optimizer", "recovery", "idle",
-          "other")
+PHASES = ("forward", "backward", "tp_comm", "dp_comm", "pp_comm", "reshard", "optimizer", "recovery",
+          "idle", "other")
 SUMMARY_KEYS = (
     "steps", "tokens", "tokens_committed", "wall_seconds", "step_seconds", "productive_seconds",
     "recovery_seconds", "idle_seconds", "throughput_tokens_per_s", "goodput_tokens_per_s", "ettr",

@@ -73,9 +73,18 @@ void add_model_flags(CLI::App& app, ModelFlags& m, Options& o) {
   app.add_option("--context", m.context, "Rows of the position table (default: the preset's; grown to --seq)")
       ->check(CLI::PositiveNumber);
   app.add_option("--vocab", m.vocab, "Override the vocabulary size V")->check(CLI::Range(2, 1 << 24));
-  app.add_option("--tp", o.tp, "Tensor-parallel degree; ranks must be a multiple, DP = ranks / TP")
+  app.add_option("--tp", o.tp, "Tensor-parallel degree; ranks must be a multiple of TP x PP, DP = ranks / (TP x PP)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--micro-batch", o.micro_batch, "Sequences per replica per step (B)")->check(CLI::PositiveNumber);
+  app.add_option("--pp", o.pp,
+                 "Pipeline-parallel stages (Megatron's non-interleaved 1F1B): layers split as evenly as possible, "
+                 "the embedding on the first stage, the final norm, head and loss on the last; at most --layers")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--micro-batch", o.micro_batch, "Sequences per micro-batch (b)")->check(CLI::PositiveNumber);
+  app.add_option("--micro-batches", o.micro_batches,
+                 "Micro-batches per replica per step (M, gradient accumulation; with --pp the pipeline's depth of "
+                 "work): a replica takes b x M sequences per step. Under ntp a damaged replica runs max(1, floor(M "
+                 "t' / t)) of them")
+      ->check(CLI::PositiveNumber);
   app.add_option("--steps", o.steps, "Training steps to run")->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "Seed for weights and synthetic data");
   app.add_option("--data", o.data, "'synthetic' (seeded Markov chain) or a file read as bytes (needs V >= 256)");
@@ -229,6 +238,9 @@ void resolve(const ModelFlags& m, Options& o) {
   if (o.tp > o.model.heads)
     throw CLI::ValidationError("--tp", "TP degree " + std::to_string(o.tp) + " exceeds the head count " +
                                            std::to_string(o.model.heads));
+  if (o.pp > o.model.layers)
+    throw CLI::ValidationError("--pp", "--pp " + std::to_string(o.pp) + " stages for a model of " +
+                                           std::to_string(o.model.layers) + " layers: every stage needs a layer");
   o.opt.cosine = m.lr_schedule == "cosine";
   if (o.init_weights_only && o.init_from.empty()) throw CLI::ValidationError("--init-weights-only", "needs --init-from");
   if (o.precision != "fp32" && o.backend != "cuda")
@@ -242,8 +254,8 @@ void resolve(const ModelFlags& m, Options& o) {
 
 ParseResult parse_options(int argc, char** argv, bool print) {
   CLI::App app{
-      "ntpbench: a real GPT-2 or Llama training step (forward, backward, AdamW) under tensor x data parallelism on MPI "
-      "ranks.\nLaunch with mpirun/srun; DP = ranks / --tp. Results go to an HDF5 file (see results/README.md)."};
+      "ntpbench: a real GPT-2 or Llama training step (forward, backward, AdamW) under tensor x pipeline x data "
+      "parallelism on MPI ranks.\nLaunch with mpirun/srun; DP = ranks / (--tp x --pp). Results go to an HDF5 file (see results/README.md)."};
   app.option_defaults()->always_capture_default();
   Options o;
   ModelFlags m;

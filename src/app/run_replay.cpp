@@ -39,6 +39,8 @@ int run_replay(const Options& cli, Comm& world) {
   }
   if (steps.empty()) throw UsageError(cli.replay + " records no steps");
   o.tp = 1;
+  o.pp = 1;  // each recorded step's whole global batch as one micro-batch
+  o.micro_batches = 1;
   o.threads = cli.threads;
   o.timing = "wall";
   o.pacing.enabled = false;

@@ -58,8 +58,7 @@ Schedule validate_schedule(const Options& o, const std::vector<std::string>& hos
   } catch (const ScheduleError& e) {
     throw UsageError(e.what());
   }
-  const Policy policy = parse_policy(o.policy);
-  const Topology topo(world_size, 0, o.tp);
+  const Topology topo(world_size, 0, o.tp, o.pp);
   std::vector<char> alive(world_size, 1);
   for (int step = 1; step <= o.steps; ++step) {
     const auto& ev = s.at(step);
@@ -69,7 +68,7 @@ Schedule validate_schedule(const Options& o, const std::vector<std::string>& hos
       throw UsageError(fmt::format("{}: step {} kills every rank; with --kill-mode signal no process would be left "
                                    "to revive them (use --kill-mode fence)",
                                    o.schedule, step));
-    const auto cfg = plan_configuration(policy, topo, o.model, o.micro_batch, o.pacing.boost, alive);
+    const auto cfg = plan_for(o, topo, alive);
     if (cfg.active_replicas() == 0 && !s.revival_after(step))
       throw UsageError(fmt::format(
           "{}: from step {} every replica is down under --policy {} and no revival is scheduled; the run could "
@@ -124,17 +123,19 @@ int run_training(Options o, Comm& world) {
   const bool root = world.rank() == 0;
   const bool mode_chosen = !o.kill_mode.empty();
   settle_kill_mode(o);
-  if (world.size() % o.tp != 0)
-    throw UsageError(fmt::format("--tp {} does not divide the {} ranks of this job", o.tp, world.size()));
+  if (world.size() % (o.tp * o.pp) != 0)
+    throw UsageError(o.pp == 1 ? fmt::format("--tp {} does not divide the {} ranks of this job", o.tp, world.size())
+                               : fmt::format("--tp {} x --pp {} = {} does not divide the {} ranks of this job", o.tp,
+                                             o.pp, o.tp * o.pp, world.size()));
   std::vector<std::string> hosts = job_hosts(world);
   Schedule schedule = validate_schedule(o, hosts);
   settle_revivals_across_hosts(o, hosts, schedule, mode_chosen, root);
   if (root) note_tp_groups_across_hosts(o, hosts);
   if (o.check) {
     if (root)
-      fmt::print("ntpbench --check: OK: {} ranks = {} replicas x TP {}, model {} ({:.2f}M params), {} steps, policy "
-                 "{}, schedule {} ({} kills, {} revivals), kill mode {}, timing {}\n",
-                 world.size(), world.size() / o.tp, o.tp, o.preset, parameter_count(o.model) / 1e6, o.steps, o.policy,
+      fmt::print("ntpbench --check: OK: {} ranks = {} replicas x PP {} x TP {}, model {} ({:.2f}M params), {} steps, "
+                 "policy {}, schedule {} ({} kills, {} revivals), kill mode {}, timing {}\n",
+                 world.size(), world.size() / (o.tp * o.pp), o.pp, o.tp, o.preset, parameter_count(o.model) / 1e6, o.steps, o.policy,
                  o.schedule.empty() ? "none" : o.schedule, schedule.kills(), schedule.revives(), o.kill_mode, o.timing);
     return 0;
   }

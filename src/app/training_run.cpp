@@ -102,6 +102,11 @@ void TrainingRun::open_results() {
     rec_->set_attr("config", to_json(o_).dump());
     rec_->set_attr("ranks", static_cast<long long>(group_->size()));
     rec_->set_attr("tp", static_cast<long long>(o_.tp));
+    rec_->set_attr("pp", static_cast<long long>(o_.pp));
+    rec_->set_attr("micro_batches", static_cast<long long>(o_.micro_batches));
+    std::vector<int> stages;
+    for (int r = 0; r < group_->size(); ++r) stages.push_back(Topology(group_->size(), r, o_.tp, o_.pp).stage);
+    rec_->set_rank_stages(stages);
     rec_->set_attr("replicas", static_cast<long long>(trainer_->topology().replicas));
     rec_->set_attr("timing", o_.timing);
     rec_->set_attr("policy", o_.schedule.empty() ? std::string("none") : o_.policy);
@@ -136,10 +141,14 @@ void TrainingRun::print_banner() const {
       m.family == Family::Llama ? fmt::format("llama L={} H={} KV={} d={} ffn={} V={}", m.layers, m.heads, m.kv(),
                                               m.hidden, m.mlp(), m.vocab)
                                 : fmt::format("gpt2 L={} H={} d={} V={}", m.layers, m.heads, m.hidden, m.vocab);
-  fmt::print("ntpbench: {} ranks = {} replicas x TP {} | model {} ({}, {:.2f}M params) | "
-             "B={} per replica, T={} | {} thread(s)/rank | timing {}{}\n",
-             group_->size(), trainer_->topology().replicas, o_.tp, o_.preset, shape, parameter_count(m) / 1e6,
-             o_.micro_batch, o_.seq, threads_, o_.timing,
+  const std::string batch = o_.micro_batches == 1 ? fmt::format("B={} per replica", o_.micro_batch)
+                                                  : fmt::format("B={} per replica in {} micro-batches of {}",
+                                                                replica_batch(o_), o_.micro_batches, o_.micro_batch);
+  const std::string pp = o_.pp > 1 ? fmt::format(" x PP {} (1F1B)", o_.pp) : "";
+  fmt::print("ntpbench: {} ranks = {} replicas{} x TP {} | model {} ({}, {:.2f}M params) | "
+             "{}, T={} | {} thread(s)/rank | timing {}{}\n",
+             group_->size(), trainer_->topology().replicas, pp, o_.tp, o_.preset, shape, parameter_count(m) / 1e6,
+             batch, o_.seq, threads_, o_.timing,
              o_.schedule.empty() ? "" : fmt::format(" | policy {} | schedule {}", o_.policy, o_.schedule));
   fmt::print("data: {}\nresults: {}\n", trainer_->data().describe(), o_.out);
   if (o_.backend != "cpu") fmt::print("communication: {}\n", trainer_->communication());

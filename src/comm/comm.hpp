@@ -48,6 +48,12 @@ class Comm {
                                                   const std::vector<int>& recv_counts,
                                                   const std::vector<int>& recv_displs);
   virtual void barrier() = 0;
+  // Pipeline transfer: sends n_send floats to rank `dest` and receives n_recv from rank `src` at
+  // once (either side may be absent: -1). Both directions in one call, as Megatron batches its
+  // isend/irecv: in 1F1B's steady state neighbours send to each other at the same time, and two
+  // blocking sends would wait for each other.
+  virtual void sendrecv(const float* send, std::size_t n_send, int dest, float* recv, std::size_t n_recv,
+                        int src) = 0;
 
   // Sub-group of the ranks passing the same colour, ordered by key; nullptr for colour < 0.
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;

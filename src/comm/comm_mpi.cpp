@@ -217,6 +217,17 @@ class MpiComm final : public Comm {
     return std::make_unique<MpiRequest>(req);
   }
 
+  void sendrecv(const float* send, std::size_t n_send, int dest, float* recv, std::size_t n_recv,
+                int src) override {
+    if (n_send > INT_MAX || n_recv > INT_MAX) throw std::invalid_argument("sendrecv: a message over 2^31 floats");
+    constexpr int kTag = 7;  // pipeline activations and their gradients (one direction each per pair)
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (src >= 0) check(MPI_Irecv(recv, int(n_recv), MPI_FLOAT, src, kTag, comm_, &req[0]), "MPI_Irecv");
+    if (dest >= 0) check(MPI_Isend(send, int(n_send), MPI_FLOAT, dest, kTag, comm_, &req[1]), "MPI_Isend");
+    wait_politely(req[0]);
+    wait_politely(req[1]);
+  }
+
   void barrier() override {
     MPI_Request req;
     check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");

@@ -128,6 +128,21 @@ class NcclComm final : public Comm {
     end();
   }
 
+  // Grouped ncclSend/ncclRecv for device buffers (the pipeline's neighbours know each other's
+  // buffer kind: the same tensors on every stage), MPI for host ones.
+  void sendrecv(const float* send, std::size_t n_send, int dest, float* recv, std::size_t n_recv,
+                int src) override {
+    const bool dev = (dest >= 0 && is_device(send)) || (src >= 0 && is_device(recv));
+    if (!dev) return host_->sendrecv(send, n_send, dest, recv, n_recv, src);
+    ncclComm_t c = nccl();
+    begin();
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    if (dest >= 0) settle(ncclSend(send, n_send, ncclFloat32, dest, c, stream_), "ncclSend");
+    if (src >= 0) settle(ncclRecv(recv, n_recv, ncclFloat32, src, c, stream_), "ncclRecv");
+    settle(ncclGroupEnd(), "ncclGroupEnd");
+    end();
+  }
+
   // Host-side: this rank's queued GPU work is finished, then an MPI barrier (waited for politely,
   // as comm_mpi.cpp does). Not an NCCL all-reduce: that would make an NCCL communicator for every
   // group that only ever synchronises (the whole job, node groups).

@@ -76,6 +76,21 @@ class HostStagedComm final : public Comm {
       return inner_->ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
     return Comm::ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
   }
+  void sendrecv(const float* send, std::size_t n_send, int dest, float* recv, std::size_t n_recv,
+                int src) override {
+    std::vector<float> hs, hr;
+    const float* s = send;
+    float* r = recv;
+    if (dest >= 0 && be_.is_device_memory(send)) {
+      hs.resize(n_send);
+      be_.to_host(hs.data(), send, n_send);
+      s = hs.data();
+    }
+    const bool recv_dev = src >= 0 && be_.is_device_memory(recv);
+    if (recv_dev) hr.resize(n_recv), r = hr.data();
+    inner_->sendrecv(s, n_send, dest, r, n_recv, src);
+    if (recv_dev) be_.from_host(recv, hr.data(), n_recv);
+  }
   void barrier() override { inner_->barrier(); }
 
   std::unique_ptr<Comm> split(int color, int key) override { return wrap(inner_->split(color, key)); }

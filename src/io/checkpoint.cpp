@@ -13,7 +13,6 @@
 namespace ntp {
 
 namespace {
-int dim_index(ShardDim d) { return d == ShardDim::Heads ? 0 : d == ShardDim::Mlp ? 1 : 2; }
 
 // The model dimensions recorded as root attributes (Llama's only where the family is llama).
 std::vector<std::pair<const char*, int>> model_dims(const ModelConfig& m) {
@@ -69,12 +68,24 @@ void scatter_units(float* dst, const std::vector<float>& canonical, const Tensor
 }
 }  // namespace
 
-SourceOwners owners_in_replica(const TpLayout& layout, const std::vector<int>& replica_ranks) {
-  SourceOwners o;
-  const ShardMap* maps[3] = {&layout.heads, &layout.mlp, &layout.vocab};
-  for (int d = 0; d < 3; ++d) {
-    o[d].resize(maps[d]->units());
-    for (int u = 0; u < maps[d]->units(); ++u) o[d][u] = replica_ranks[maps[d]->owner(u)];
+SourceOwners owners_in_replica(const ModelConfig& m, const TpLayout& layout, const std::vector<int>& replica_ranks,
+                               int stages) {
+  const auto specs = model_tensors(m);
+  const int degree = layout.degree();
+  if (static_cast<int>(replica_ranks.size()) != degree * stages)
+    throw std::invalid_argument("owners_in_replica: the replica's ranks are not its stages' TP groups");
+  SourceOwners o(specs.size());
+  for (std::size_t t = 0; t < specs.size(); ++t) {
+    int stage = 0;
+    while (!StageRange::of(m, stage, stages).holds(specs[t])) ++stage;
+    const int* ranks = replica_ranks.data() + std::size_t(stage) * degree;
+    if (specs[t].dim == ShardDim::Replicated) {
+      o[t] = {ranks[0]};
+      continue;
+    }
+    const ShardMap& map = layout.map(specs[t].dim);
+    o[t].resize(map.units());
+    for (int u = 0; u < map.units(); ++u) o[t][u] = ranks[map.owner(u)];
   }
   return o;
 }
@@ -83,9 +94,7 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
                      const ModelConfig& m, Model* model, AdamW* opt, const CheckpointMeta& meta) {
   const auto specs = model_tensors(m);
   const bool writing = comm.rank() == writer;
-  std::vector<ReshardPlan> plans;
-  for (int d = 0; d < 3; ++d)
-    plans.emplace_back(owners[d], std::vector<int>(owners[d].size(), writer), comm.rank(), comm.size());
+  if (owners.size() != specs.size()) throw std::invalid_argument("save_checkpoint: one owner list per tensor");
 
   const std::string tmp = path + ".partial";
   std::unique_ptr<h5::File> file;
@@ -112,22 +121,17 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
     const TensorSpec& s = specs[t];
     const std::size_t off = model ? model->layout().slot(t).offset : 0;
     const long n = s.full_elems(m);
-    if (s.dim == ShardDim::Replicated) {
-      if (!writing) continue;
-      for (int k = 0; k < 3; ++k) {
-        full[k].resize(n);
-        model->backend().to_host(full[k].data(), local[k] + off, n);
-      }
-    } else {
-      const ReshardPlan& plan = plans[dim_index(s.dim)];
-      std::vector<ReshardTensor> tensors;
-      for (int k = 0; k < 3; ++k) {
-        full[k].assign(writing ? n : 0, 0.0f);
-        tensors.push_back({model ? local[k] + off : nullptr, writing ? full[k].data() : nullptr, s.unit_elems});
-      }
-      reshard(comm, plan, tensors, model ? &model->backend() : nullptr);
-      if (!writing) continue;
+    // Every tensor, replicated ones too, comes to the writer through the reshard primitive: with
+    // pipeline stages its owner may be another rank.
+    const ReshardPlan plan(owners[t], std::vector<int>(owners[t].size(), writer), comm.rank(), comm.size());
+    const long unit = s.unit_elems;  // a replicated tensor's one unit is all of it
+    std::vector<ReshardTensor> tensors;
+    for (int k = 0; k < 3; ++k) {
+      full[k].assign(writing ? n : 0, 0.0f);
+      tensors.push_back({model ? local[k] + off : nullptr, writing ? full[k].data() : nullptr, unit});
     }
+    reshard(comm, plan, tensors, model ? &model->backend() : nullptr);
+    if (!writing) continue;
     for (int k = 0; k < 3; ++k) {
       const auto hf = to_hf(m, s, full[k]);
       h5::write_floats(file->id(), prefix[k] + s.name, s.hf_shape, hf.data());

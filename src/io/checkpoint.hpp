@@ -31,13 +31,15 @@ struct CheckpointMeta {
   bool has_optimizer = false;
 };
 
-// Where each unit of the three sharded dimensions (heads, mlp, vocab) is read from, as ranks of
-// the communicator passed to save_checkpoint. Replicated tensors come from the writer.
-using SourceOwners = std::array<std::vector<int>, 3>;
-SourceOwners owners_in_replica(const TpLayout& layout, const std::vector<int>& replica_ranks);
+// Where each unit of every tensor is read from (per tensor, per unit; a replicated tensor is one
+// unit), as ranks of the communicator passed to save_checkpoint.
+using SourceOwners = std::vector<std::vector<int>>;
+// The owners in one replica: replica_ranks holds its stages' TP groups, stage-major, each with
+// `layout`. A tensor held by two stages (GPT-2's tied wte) is read from the first.
+SourceOwners owners_in_replica(const ModelConfig& m, const TpLayout& layout, const std::vector<int>& replica_ranks,
+                               int stages = 1);
 
-// Collective over `comm`: gathers the shards to `writer` (a rank of the source replica) with the
-// reshard primitive; the writer writes `path` atomically (temporary file, then rename). Ranks
+// Collective over `comm`: gathers the shards to `writer` with the reshard primitive; the writer writes `path` atomically (temporary file, then rename). Ranks
 // outside the source replica send nothing; they may pass null model and optimizer.
 void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners,
                      const ModelConfig& m, Model* model, AdamW* opt, const CheckpointMeta& meta);

@@ -212,6 +212,17 @@ std::unique_ptr<Recorder> Recorder::reopen(const std::string& path, int ranks, i
   return r;
 }
 
+void Recorder::set_rank_stages(const std::vector<int>& stage) {
+  const hsize_t n = stage.size();
+  h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose, "ranks/stage dataspace");
+  h5::Handle ds(H5Dcreate2(file_->id(), "ranks/stage", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                H5Dclose, "ranks/stage");
+  if (H5Dwrite(ds, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, stage.data()) < 0)
+    throw std::runtime_error(path_ + ": cannot write ranks/stage");
+  h5::set_attr(file_->id(), "ranks/stage", "description",
+               std::string("pipeline stage of each logical rank (rank = (replica x pp + stage) x tp + tp index)"));
+}
+
 void Recorder::set_attr(const std::string& name, const std::string& value) { h5::set_attr(file_->id(), "/", name, value); }
 void Recorder::set_attr(const std::string& name, long long value) { h5::set_attr(file_->id(), "/", name, value); }
 void Recorder::set_attr(const std::string& name, double value) { h5::set_attr(file_->id(), "/", name, value); }

@@ -82,6 +82,8 @@ class Recorder {
   void set_attr(const std::string& name, const std::string& value);
   void set_attr(const std::string& name, long long value);
   void set_attr(const std::string& name, double value);
+  // /ranks/stage: the pipeline stage of each logical rank (fixed for the run).
+  void set_rank_stages(const std::vector<int>& stage);
   // Appends a step: its row, each replica's degree/batch/state, every rank's phase times and
   // process usage; flushes.
   void append(const StepRow& row, const ReplicaRow& replicas,

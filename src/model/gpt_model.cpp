@@ -5,8 +5,8 @@
 namespace ntp {
 
 GptModel::GptModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm,
-                   int max_batch, int seq)
-    : Model(backend, m, tp, tp_rank, tp_comm, max_batch, seq) {
+                   int max_batch, int seq, const StageRange& stage, int in_flight)
+    : Model(backend, m, tp, tp_rank, tp_comm, max_batch, seq, stage, in_flight) {
   local_heads_ = layout_.local(ShardDim::Heads);
   local_mlp_ = layout_.local(ShardDim::Mlp);
   local_vocab_ = layout_.local(ShardDim::Vocab);
@@ -15,17 +15,19 @@ GptModel::GptModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, i
   const std::size_t dl = local_heads_ * hs, fl = local_mlp_, Vl = local_vocab_;
   const std::size_t att = std::size_t(max_batch) * local_heads_ * seq * seq;
   auto add = [&](float*& p, std::size_t n) { request(p, n); };
+  auto scratch = [&](float*& p, std::size_t n) { request_scratch(p, n); };
+  const std::size_t head = stage.last_stage ? 1 : 0;  // the final norm, head and loss: last stage only
   add(encoded_, BT * d);
-  acts_.resize(m.layers);
+  acts_.resize(stage.end - stage.first);
   for (auto& a : acts_) {
     add(a.ln1, BT * d), add(a.ln1_mean, BT), add(a.ln1_rstd, BT), add(a.qkv, BT * 3 * dl), add(a.atty, BT * dl);
     add(a.att, att), add(a.attproj, BT * d), add(a.res2, BT * d), add(a.ln2, BT * d), add(a.ln2_mean, BT);
     add(a.ln2_rstd, BT), add(a.fch, BT * fl), add(a.fch_gelu, BT * fl), add(a.fcproj, BT * d), add(a.res3, BT * d);
   }
-  add(lnf_, BT * d), add(lnf_mean_, BT), add(lnf_rstd_, BT), add(logits_, BT * Vl), add(ce_max_, BT);
-  add(ce_sums_, 2 * BT), add(losses_, BT);
-  add(dres_, BT * d), add(dln_, BT * d), add(dqkv_, BT * 3 * dl), add(datty_, BT * dl), add(dfch_, BT * fl);
-  add(dfch_gelu_, BT * fl), add(att_scratch_, att);
+  add(lnf_, head * BT * d), add(lnf_mean_, head * BT), add(lnf_rstd_, head * BT), add(logits_, head * BT * Vl);
+  add(ce_max_, head * BT), add(ce_sums_, head * 2 * BT), add(losses_, head * BT);
+  scratch(dres_, BT * d), scratch(dln_, BT * d), scratch(dqkv_, BT * 3 * dl), scratch(datty_, BT * dl);
+  scratch(dfch_, BT * fl), scratch(dfch_gelu_, BT * fl), scratch(att_scratch_, att);
   carve();
 }
 
@@ -33,7 +35,7 @@ double GptModel::local_forward_flops(int B) const {
   const double BT = double(B) * T_, d = m_.hidden, hs = m_.head_size();
   const double dl = local_heads_ * hs, fl = local_mlp_, Vl = local_vocab_;
   const double per_layer = 2 * BT * (d * 3 * dl + dl * d + d * fl + fl * d) + 4.0 * B * local_heads_ * double(T_) * T_ * hs;
-  return m_.layers * per_layer + 2 * BT * d * Vl;
+  return double(stage().end - stage().first) * per_layer + (stage().last_stage ? 2 * BT * d * Vl : 0.0);
 }
 
 double GptModel::forward(const int* tokens, const int* targets, int B) {
@@ -43,9 +45,11 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
   const int T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
 
-  vocab_parallel_embedding_forward(tp, encoded_, tokens_, param(kWte), vocab_rows_, param(kWpe), B, T, d);
-  for (int l = 0; l < m_.layers; ++l) {
-    auto& a = acts_[l];
+  const StageRange& st = stage();
+  if (st.first_stage)
+    vocab_parallel_embedding_forward(tp, encoded_, tokens_, param(kWte), vocab_rows_, param(kWpe), B, T, d);
+  for (int l = st.first; l < st.end; ++l) {
+    auto& a = acts_[l - st.first];
     auto P = [&](LayerTensor t) { return param(layer_tensor(l, t)); };
     const float* x = layer_input(l);
     be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(kLn1W), P(kLn1B), BT, d);
@@ -58,6 +62,10 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
     be_.gelu_forward(a.fch_gelu, a.fch, long(BT) * fl);
     row_parallel_forward(tp, a.fcproj, a.fch_gelu, P(kFcProjW), P(kFcProjB), BT, fl, d);
     be_.residual_forward(a.res3, a.res2, a.fcproj, long(BT) * d);
+  }
+  if (!st.last_stage) {
+    if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+    return 0.0;
   }
   const float* top = layer_input(m_.layers);
   be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, param(lnf_weight(m_)), param(lnf_bias(m_)), BT, d);
@@ -77,15 +85,18 @@ void GptModel::backward(float dloss, BackwardObserver* observer) {
   const int B = B_, T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
 
-  vocab_parallel_cross_entropy_backward(tp, logits_, ce_max_, ce_sums_, targets_, vocab_rows_, dloss, BT, Vl);
-  column_parallel_backward(tp, dln_, grad(kWte), nullptr, logits_, lnf_, param(kWte), BT, d, Vl);
-  be_.zero(dres_, std::size_t(BT) * d);
-  be_.layernorm_backward(dres_, grad(lnf_weight(m_)), grad(lnf_bias(m_)), dln_, layer_input(m_.layers),
-                         param(lnf_weight(m_)), lnf_mean_, lnf_rstd_, BT, d);
+  const StageRange& st = stage();
+  if (st.last_stage) {
+    vocab_parallel_cross_entropy_backward(tp, logits_, ce_max_, ce_sums_, targets_, vocab_rows_, dloss, BT, Vl);
+    column_parallel_backward(tp, dln_, grad(kWte), nullptr, logits_, lnf_, param(kWte), BT, d, Vl);
+    be_.zero(dres_, std::size_t(BT) * d);
+    be_.layernorm_backward(dres_, grad(lnf_weight(m_)), grad(lnf_bias(m_)), dln_, layer_input(m_.layers),
+                           param(lnf_weight(m_)), lnf_mean_, lnf_rstd_, BT, d);
+  }  // else dres_ holds the received gradient of the stage's output
 
   // dres_ carries the residual-stream gradient down the layers; LayerNorm backward adds into it.
-  for (int l = m_.layers - 1; l >= 0; --l) {
-    auto& a = acts_[l];
+  for (int l = st.end - 1; l >= st.first; --l) {
+    auto& a = acts_[l - st.first];
     auto P = [&](LayerTensor t) { return param(layer_tensor(l, t)); };
     auto G = [&](LayerTensor t) { return grad(layer_tensor(l, t)); };
     const float* x = layer_input(l);
@@ -101,7 +112,8 @@ void GptModel::backward(float dloss, BackwardObserver* observer) {
     be_.layernorm_backward(dres_, G(kLn1W), G(kLn1B), dln_, x, P(kLn1W), a.ln1_mean, a.ln1_rstd, BT, d);
     if (observer) observer->layer_gradients_ready(l);
   }
-  vocab_parallel_embedding_backward(tp, grad(kWte), grad(kWpe), dres_, tokens_, vocab_rows_, B, T, d);
+  if (st.first_stage)
+    vocab_parallel_embedding_backward(tp, grad(kWte), grad(kWpe), dres_, tokens_, vocab_rows_, B, T, d);
   if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));
 }
 

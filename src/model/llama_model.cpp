@@ -3,8 +3,8 @@
 namespace ntp {
 
 LlamaModel::LlamaModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm,
-                       int max_batch, int seq)
-    : Model(backend, m, tp, tp_rank, tp_comm, max_batch, seq) {
+                       int max_batch, int seq, const StageRange& stage, int in_flight)
+    : Model(backend, m, tp, tp_rank, tp_comm, max_batch, seq, stage, in_flight) {
   local_groups_ = layout_.local(ShardDim::Heads);
   local_heads_ = local_groups_ * m.q_per_kv();
   local_mlp_ = layout_.local(ShardDim::Mlp);
@@ -13,18 +13,20 @@ LlamaModel::LlamaModel(Backend& backend, const ModelConfig& m, const TpLayout& t
   const std::size_t BT = std::size_t(max_batch) * seq, d = m.hidden, hs = m.head_size();
   const std::size_t ql = local_heads_ * hs, kvl = local_groups_ * hs, fl = local_mlp_, Vl = local_vocab_;
   const std::size_t att = std::size_t(max_batch) * local_heads_ * seq * seq;
+  const std::size_t head = stage.last_stage ? 1 : 0;  // the final norm, head and loss: last stage only
   request(encoded_, BT * d);
-  acts_.resize(m.layers);
+  acts_.resize(stage.end - stage.first);
   for (auto& a : acts_) {
     request(a.ln1, BT * d), request(a.rstd1, BT), request(a.qkv, BT * 3 * ql), request(a.atty, BT * ql);
     request(a.att, att), request(a.res2, BT * d), request(a.ln2, BT * d), request(a.rstd2, BT);
     request(a.gate, BT * fl), request(a.up, BT * fl), request(a.h, BT * fl), request(a.res3, BT * d);
   }
-  request(lnf_, BT * d), request(rstdf_, BT), request(logits_, BT * Vl), request(ce_max_, BT);
-  request(ce_sums_, 2 * BT), request(losses_, BT);
-  request(q_, BT * ql), request(k_, BT * kvl), request(v_, BT * kvl), request(proj_, BT * d);
-  request(dres_, BT * d), request(dln_, BT * d), request(dqkv_, BT * 3 * ql), request(datty_, BT * ql);
-  request(dh_, BT * fl), request(dgate_, BT * fl), request(dup_, BT * fl), request(att_scratch_, att);
+  request(lnf_, head * BT * d), request(rstdf_, head * BT), request(logits_, head * BT * Vl);
+  request(ce_max_, head * BT), request(ce_sums_, head * 2 * BT), request(losses_, head * BT);
+  request_scratch(q_, BT * ql), request_scratch(k_, BT * kvl), request_scratch(v_, BT * kvl);
+  request_scratch(proj_, BT * d), request_scratch(dres_, BT * d), request_scratch(dln_, BT * d);
+  request_scratch(dqkv_, BT * 3 * ql), request_scratch(datty_, BT * ql), request_scratch(dh_, BT * fl);
+  request_scratch(dgate_, BT * fl), request_scratch(dup_, BT * fl), request_scratch(att_scratch_, att);
   carve();
 }
 
@@ -33,11 +35,11 @@ double LlamaModel::local_forward_flops(int B) const {
   const double ql = local_heads_ * hs, kvl = local_groups_ * hs, fl = local_mlp_, Vl = local_vocab_;
   const double per_layer =
       2 * BT * (d * ql + 2 * d * kvl + ql * d + 3 * d * fl) + 4.0 * B * local_heads_ * double(T_) * T_ * hs;
-  return m_.layers * per_layer + 2 * BT * d * Vl;
+  return double(stage().end - stage().first) * per_layer + (stage().last_stage ? 2 * BT * d * Vl : 0.0);
 }
 
 void LlamaModel::attention_forward(const TpContext& tp, int l, int B) {
-  auto& a = acts_[l];
+  auto& a = acts(l);
   auto P = [&](LlamaTensor t) { return param(llama_tensor(l, t)); };
   const int T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_, Gl = local_groups_;
   be_.rmsnorm_forward(a.ln1, a.rstd1, layer_input(l), P(kAttnNorm), BT, d);
@@ -53,7 +55,7 @@ void LlamaModel::attention_forward(const TpContext& tp, int l, int B) {
 }
 
 void LlamaModel::mlp_forward(const TpContext& tp, int l, int B) {
-  auto& a = acts_[l];
+  auto& a = acts(l);
   auto P = [&](LlamaTensor t) { return param(llama_tensor(l, t)); };
   const int BT = B * T_, d = m_.hidden, fl = local_mlp_;
   be_.rmsnorm_forward(a.ln2, a.rstd2, a.res2, P(kMlpNorm), BT, d);
@@ -69,10 +71,16 @@ double LlamaModel::forward(const int* tokens, const int* targets, int B) {
   PhaseScope phase(*clock_, Phase::Forward);
   const double compute0 = clock_->elapsed(Phase::Forward);
   const int BT = B * T_, d = m_.hidden;
-  vocab_parallel_embedding_forward(tp, encoded_, tokens_, param(kEmbedTokens), vocab_rows_, nullptr, B, T_, d);
-  for (int l = 0; l < m_.layers; ++l) {
+  const StageRange& st = stage();
+  if (st.first_stage)
+    vocab_parallel_embedding_forward(tp, encoded_, tokens_, param(kEmbedTokens), vocab_rows_, nullptr, B, T_, d);
+  for (int l = st.first; l < st.end; ++l) {
     attention_forward(tp, l, B);
     mlp_forward(tp, l, B);
+  }
+  if (!st.last_stage) {
+    if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+    return 0.0;
   }
   be_.rmsnorm_forward(lnf_, rstdf_, layer_input(m_.layers), param(llama_norm(m_)), BT, d);
   column_parallel_forward(tp, logits_, lnf_, param(llama_lm_head(m_)), nullptr, BT, d, local_vocab_);
@@ -85,7 +93,7 @@ double LlamaModel::forward(const int* tokens, const int* targets, int B) {
 
 // dres_ holds the gradient of res3 on entry and of res2 on exit (RMSNorm's backward adds into it).
 void LlamaModel::mlp_backward(const TpContext& tp, int l, int B) {
-  auto& a = acts_[l];
+  auto& a = acts(l);
   auto P = [&](LlamaTensor t) { return param(llama_tensor(l, t)); };
   auto G = [&](LlamaTensor t) { return grad(llama_tensor(l, t)); };
   const int BT = B * T_, d = m_.hidden, fl = local_mlp_;
@@ -100,7 +108,7 @@ void LlamaModel::mlp_backward(const TpContext& tp, int l, int B) {
 
 // dres_: the gradient of res2 on entry, of the layer's input on exit.
 void LlamaModel::attention_backward(const TpContext& tp, int l, int B) {
-  auto& a = acts_[l];
+  auto& a = acts(l);
   auto P = [&](LlamaTensor t) { return param(llama_tensor(l, t)); };
   auto G = [&](LlamaTensor t) { return grad(llama_tensor(l, t)); };
   const int T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_, Gl = local_groups_;
@@ -124,16 +132,20 @@ void LlamaModel::backward(float dloss, BackwardObserver* observer) {
   const double compute0 = clock_->elapsed(Phase::Backward);
   const int B = B_, BT = B * T_, d = m_.hidden, Vl = local_vocab_;
   const int head = llama_lm_head(m_), norm = llama_norm(m_);
-  vocab_parallel_cross_entropy_backward(tp, logits_, ce_max_, ce_sums_, targets_, vocab_rows_, dloss, BT, Vl);
-  column_parallel_backward(tp, dln_, grad(head), nullptr, logits_, lnf_, param(head), BT, d, Vl);
-  be_.zero(dres_, std::size_t(BT) * d);
-  be_.rmsnorm_backward(dres_, grad(norm), dln_, layer_input(m_.layers), param(norm), rstdf_, BT, d);
-  for (int l = m_.layers - 1; l >= 0; --l) {
+  const StageRange& st = stage();
+  if (st.last_stage) {
+    vocab_parallel_cross_entropy_backward(tp, logits_, ce_max_, ce_sums_, targets_, vocab_rows_, dloss, BT, Vl);
+    column_parallel_backward(tp, dln_, grad(head), nullptr, logits_, lnf_, param(head), BT, d, Vl);
+    be_.zero(dres_, std::size_t(BT) * d);
+    be_.rmsnorm_backward(dres_, grad(norm), dln_, layer_input(m_.layers), param(norm), rstdf_, BT, d);
+  }  // else dres_ holds the received gradient of the stage's output
+  for (int l = st.end - 1; l >= st.first; --l) {
     mlp_backward(tp, l, B);
     attention_backward(tp, l, B);
     if (observer) observer->layer_gradients_ready(l);
   }
-  vocab_parallel_embedding_backward(tp, grad(kEmbedTokens), nullptr, dres_, tokens_, vocab_rows_, B, T_, d);
+  if (st.first_stage)
+    vocab_parallel_embedding_backward(tp, grad(kEmbedTokens), nullptr, dres_, tokens_, vocab_rows_, B, T_, d);
   if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));
 }
 

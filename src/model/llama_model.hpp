@@ -17,29 +17,32 @@ namespace ntp {
 class LlamaModel final : public Model {
  public:
   LlamaModel(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm, int max_batch,
-             int seq);
+             int seq, const StageRange& stage, int in_flight);
 
   double forward(const int* tokens, const int* targets, int B) override;
   void backward(float dloss, BackwardObserver* observer = nullptr) override;
   double local_forward_flops(int B) const override;
+  const float* stage_output() const override { return layer_input(stage().end); }
 
  private:
   // What the backward needs of each layer.
   struct LayerActs {
     float *ln1, *rstd1, *qkv, *atty, *att, *res2, *ln2, *rstd2, *gate, *up, *h, *res3;
   };
-  const float* layer_input(int l) const { return l == 0 ? encoded_ : acts_[l - 1].res3; }
+  // Layer l's input (l in [first, end] of the stage; acts_ holds the stage's layers only).
+  const float* layer_input(int l) const { return l == stage().first ? encoded_ : acts_[l - 1 - stage().first].res3; }
+  LayerActs& acts(int l) { return acts_[l - stage().first]; }
   void attention_forward(const TpContext& tp, int l, int B);
   void mlp_forward(const TpContext& tp, int l, int B);
   void mlp_backward(const TpContext& tp, int l, int B);
   void attention_backward(const TpContext& tp, int l, int B);
 
   int local_groups_, local_heads_, local_mlp_, local_vocab_;
-  float *encoded_, *lnf_, *rstdf_, *logits_, *ce_max_, *ce_sums_, *losses_;
+  float *lnf_, *rstdf_, *logits_, *ce_max_, *ce_sums_, *losses_;
   std::vector<LayerActs> acts_;
   // Scratch shared by the layers: the projections before packing (forward) or after unpacking
   // (backward), a row-parallel output, and the backward's gradients.
-  float *q_, *k_, *v_, *proj_, *dres_, *dln_, *dqkv_, *datty_, *dh_, *dgate_, *dup_, *att_scratch_;
+  float *q_, *k_, *v_, *proj_, *dln_, *dqkv_, *datty_, *dh_, *dgate_, *dup_, *att_scratch_;
 };
 
 }  // namespace ntp

@@ -9,8 +9,10 @@
 namespace ntp {
 
 Model::Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm, int max_batch,
-             int seq)
-    : be_(backend), m_(m), layout_(m, tp, tp_rank), tp_(&tp_comm), max_batch_(max_batch), T_(seq) {
+             int seq, const StageRange& stage, int in_flight)
+    : be_(backend), m_(m), layout_(m, tp, tp_rank, stage), tp_(&tp_comm), max_batch_(max_batch), T_(seq),
+      in_flight_(in_flight) {
+  if (in_flight < 1) throw std::invalid_argument("a model keeps at least one micro-batch in flight");
   if (tp_comm.size() != tp.degree())
     throw std::invalid_argument("TP communicator size does not match the layout's degree");
   if (seq < 1 || seq > m.context)
@@ -19,8 +21,10 @@ Model::Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_
   params_ = Arena(be_, layout_.total());
   grads_ = Arena(be_, layout_.total());
   const std::size_t BT = std::size_t(max_batch) * seq;
-  tokens_ = be_.allocate_ints(BT);
-  targets_ = be_.allocate_ints(BT);
+  token_slots_ = be_.allocate_ints(BT * in_flight);
+  target_slots_ = be_.allocate_ints(BT * in_flight);
+  tokens_ = token_slots_, targets_ = target_slots_;
+  slot_batch_.assign(in_flight, 0);
   vocab_rows_ = be_.allocate_ints(m.vocab);
   const std::vector<int> rows = tp.vocab.local_rows(tp_rank);
   be_.ints_from_host(vocab_rows_, rows.data(), rows.size());
@@ -28,18 +32,40 @@ Model::Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_
 }
 
 Model::~Model() {
-  be_.release_ints(tokens_);
-  be_.release_ints(targets_);
+  be_.release_ints(token_slots_);
+  be_.release_ints(target_slots_);
   be_.release_ints(vocab_rows_);
 }
 
+// Arena: the scratch views, then slot 0's per-slot views, slot 1's, ...
 void Model::carve() {
-  std::size_t total = 0;
-  for (auto& w : want_) total += w.second;
-  act_arena_ = Arena(be_, total);
-  std::size_t off = 0;
-  for (auto& w : want_) *w.first = act_arena_.data() + off, off += w.second;
+  std::size_t scratch = 0;
+  for (auto& w : want_) (w.per_slot ? slot_stride_ : scratch) += w.n;
+  act_arena_ = Arena(be_, scratch + slot_stride_ * in_flight_);
+  std::size_t off = 0, slot_off = scratch;
+  for (auto& w : want_) {
+    if (w.per_slot) {
+      slot_views_.emplace_back(w.p, slot_off);
+      slot_off += w.n;
+    } else {
+      *w.p = act_arena_.data() + off;
+      off += w.n;
+    }
+  }
   want_.clear();
+  use_micro_batch(0);
+}
+
+void Model::use_micro_batch(int slot) {
+  if (slot < 0 || slot >= in_flight_)
+    throw std::out_of_range("micro-batch slot " + std::to_string(slot) + " of " + std::to_string(in_flight_));
+  slot_batch_[slot_] = B_;
+  slot_ = slot;
+  B_ = slot_batch_[slot];
+  for (auto& [p, off] : slot_views_) *p = act_arena_.data() + off + slot_stride_ * slot;
+  const std::size_t BT = std::size_t(max_batch_) * T_;
+  tokens_ = token_slots_ + BT * slot;
+  targets_ = target_slots_ + BT * slot;
 }
 
 void Model::set_tp_comm(Comm& tp) {
@@ -62,8 +88,8 @@ TpContext Model::begin_forward(const int* tokens, const int* targets, int B) {
     throw std::invalid_argument("batch " + std::to_string(B) + " outside [1, " + std::to_string(max_batch_) + "]");
   if (!clock_) clock_ = &own_clock_;
   B_ = B;
-  be_.ints_from_host(tokens_, tokens, std::size_t(B) * T_);
-  be_.ints_from_host(targets_, targets, std::size_t(B) * T_);
+  if (stage().first_stage) be_.ints_from_host(tokens_, tokens, std::size_t(B) * T_);
+  if (stage().last_stage) be_.ints_from_host(targets_, targets, std::size_t(B) * T_);
   return TpContext{be_, *tp_, clock_, pacer_};
 }
 
@@ -80,10 +106,11 @@ double Model::sum_losses(const float* losses, int BT) {
 }
 
 std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank,
-                                  Comm& tp_comm, int max_batch, int seq) {
+                                  Comm& tp_comm, int max_batch, int seq, const StageRange* stage, int in_flight) {
+  const StageRange s = stage ? *stage : StageRange::whole(m);
   if (m.family == Family::Llama)
-    return std::make_unique<LlamaModel>(backend, m, tp, tp_rank, tp_comm, max_batch, seq);
-  return std::make_unique<GptModel>(backend, m, tp, tp_rank, tp_comm, max_batch, seq);
+    return std::make_unique<LlamaModel>(backend, m, tp, tp_rank, tp_comm, max_batch, seq, s, in_flight);
+  return std::make_unique<GptModel>(backend, m, tp, tp_rank, tp_comm, max_batch, seq, s, in_flight);
 }
 
 }  // namespace ntp

@@ -35,13 +35,30 @@ class Model {
   std::size_t param_count() const { return layout_.total(); }
   int seq() const { return T_; }
   int max_batch() const { return max_batch_; }
+  const StageRange& stage() const { return layout_.stage(); }
+
+  // Pipeline parallelism. Up to in_flight micro-batches are between their forward and their
+  // backward at once (1F1B); each has its own activations. use_micro_batch(k) selects slot k for
+  // the next forward, or for the backward of the micro-batch whose forward ran in slot k.
+  int in_flight() const { return in_flight_; }
+  void use_micro_batch(int slot);
+  // A stage after the first: the forward's input (B*T*d floats of the residual stream), written by
+  // the receive before forward().
+  float* stage_input() { return encoded_; }
+  // A stage before the last: the forward's output, to send after forward().
+  virtual const float* stage_output() const = 0;
+  // The gradient at the stage's boundary: before backward() on a stage before the last, that of
+  // stage_output() (received); after backward() on a stage after the first, that of stage_input()
+  // (to send).
+  float* boundary_grad() { return dres_; }
 
   // Layout-independent initial weights (see init_tensor_units).
   void init_params(unsigned long long seed);
   void zero_grads() { grads_.zero(); }
 
-  // Forward over B sequences of T tokens (host arrays, B*T each). Returns the sum of the B*T
-  // token losses; every rank of the TP group returns the same value.
+  // Forward over B sequences of T tokens (host arrays, B*T each; the first stage reads the tokens,
+  // the last the targets). Returns the sum of the B*T token losses on the last stage (every rank
+  // of the TP group returns the same value), 0 on the others.
   virtual double forward(const int* tokens, const int* targets, int B) = 0;
   // Backward of the last forward, each token's loss weighted by dloss (1 / tokens of the global
   // batch). Accumulates into grads(); `observer`, when given, hears as each layer's are final.
@@ -55,13 +72,20 @@ class Model {
   void set_tp_comm(Comm& tp);
 
  protected:
-  // tp: the replica's TP group (size == layout degree); max_batch, seq: the largest B and the T.
+  // tp: the replica's TP group (size == layout degree); max_batch, seq: the largest B and the T;
+  // stage: the layers this rank holds; in_flight: micro-batches whose activations are kept at once.
   Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm, int max_batch,
-        int seq);
+        int seq, const StageRange& stage, int in_flight);
 
-  // Activation views: request(&p, n) for each, then carve() allocates one arena and points them in.
-  void request(float*& p, std::size_t n) { want_.emplace_back(&p, (n + 15) / 16 * 16); }
+  // Activation views: request(&p, n) for each one a micro-batch keeps until its backward (one copy
+  // per slot), request_scratch(&p, n) for working memory (one copy), then carve() allocates one
+  // arena and points them in (at slot 0).
+  void request(float*& p, std::size_t n) { want_.push_back({&p, (n + 15) / 16 * 16, true}); }
+  void request_scratch(float*& p, std::size_t n) { want_.push_back({&p, (n + 15) / 16 * 16, false}); }
   void carve();
+  // The stage's input activations (encoded_: the embedding's output on the first stage, received
+  // elsewhere), its output (the last layer's residual stream), and the residual-stream gradient.
+  float *encoded_ = nullptr, *dres_ = nullptr;
   // Checks B, uploads the tokens and targets; returns the TP context of the step's phase.
   TpContext begin_forward(const int* tokens, const int* targets, int B);
   TpContext begin_backward();
@@ -76,18 +100,30 @@ class Model {
   Arena params_, grads_, act_arena_;
   // Token ids and the vocabulary's global->local row table, in backend memory.
   int *tokens_ = nullptr, *targets_ = nullptr, *vocab_rows_ = nullptr;
-  int B_ = 0;  // batch of the last forward
+  int B_ = 0;  // batch of the selected micro-batch's forward
   PhaseClock* clock_ = nullptr;
   PhaseClock own_clock_;
   Pacer* pacer_ = nullptr;
 
  private:
-  std::vector<std::pair<float**, std::size_t>> want_;
+  struct View {
+    float** p;
+    std::size_t n;
+    bool per_slot;
+  };
+  std::vector<View> want_;
+  std::vector<std::pair<float**, std::size_t>> slot_views_;  // per-slot views: offset in slot 0
+  std::size_t slot_stride_ = 0;
+  int in_flight_ = 1, slot_ = 0;
+  int *token_slots_ = nullptr, *target_slots_ = nullptr;
+  std::vector<int> slot_batch_;
   std::vector<float> host_losses_;
 };
 
-// The model of m.family on this rank (arguments as Model's constructor).
+// The model of m.family on this rank (arguments as Model's constructor; by default the whole
+// model, one micro-batch at a time).
 std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank,
-                                  Comm& tp_comm, int max_batch, int seq);
+                                  Comm& tp_comm, int max_batch, int seq, const StageRange* stage = nullptr,
+                                  int in_flight = 1);
 
 }  // namespace ntp

@@ -42,6 +42,9 @@ std::vector<TensorSpec> gpt2_tensors(const ModelConfig& m) {
   t.push_back({"ln_f.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
   t.push_back({"ln_f.bias", ShardDim::Replicated, d, {d}, false, 0, 0});
   for (std::size_t i = 2; i < t.size() - 2; ++i) t[i].layer = static_cast<int>((i - 2) / kPerLayer);
+  t[kWte].home = Home::InputAndOutput;  // the LM head is tied to it
+  t[kWpe].home = Home::Input;
+  t[t.size() - 2].home = t[t.size() - 1].home = Home::Output;
   return t;
 }
 
@@ -67,6 +70,8 @@ std::vector<TensorSpec> llama_tensors(const ModelConfig& m) {
   }
   t.push_back({"model.norm.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
   t.push_back({"lm_head.weight", ShardDim::Vocab, d, {V, d}, true, std_w, 0});
+  t[kEmbedTokens].home = Home::Input;
+  t[t.size() - 2].home = t[t.size() - 1].home = Home::Output;
   return t;
 }
 
@@ -74,8 +79,31 @@ std::vector<TensorSpec> model_tensors(const ModelConfig& m) {
   return m.family == Family::Llama ? llama_tensors(m) : gpt2_tensors(m);
 }
 
+StageRange StageRange::of(const ModelConfig& m, int stage, int stages) {
+  if (stages < 1 || stages > m.layers || stage < 0 || stage >= stages)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage) + " of " + std::to_string(stages) +
+                                " for a model of " + std::to_string(m.layers) + " layers");
+  const auto bound = [&](int s) { return static_cast<int>(static_cast<long>(s) * m.layers / stages); };
+  return {bound(stage), bound(stage + 1), stage == 0, stage == stages - 1};
+}
+
+bool StageRange::holds(const TensorSpec& s) const {
+  switch (s.home) {
+    case Home::Layer: return s.layer >= first && s.layer < end;
+    case Home::Input: return first_stage;
+    case Home::Output: return last_stage;
+    case Home::InputAndOutput: return first_stage || last_stage;
+  }
+  return false;
+}
+
+int tied_tensor(const ModelConfig& m) { return m.family == Family::Gpt2 ? kWte : -1; }
+
 ParamLayout::ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank)
-    : model_(m), tp_(tp), tp_rank_(tp_rank), specs_(model_tensors(m)) {
+    : ParamLayout(m, tp, tp_rank, StageRange::whole(m)) {}
+
+ParamLayout::ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank, const StageRange& stage)
+    : model_(m), tp_(tp), tp_rank_(tp_rank), stage_(stage), specs_(model_tensors(m)) {
   validate_model(m);
   if (tp.heads.units() != m.head_units())
     throw std::invalid_argument("TP layout splits " + std::to_string(tp.heads.units()) + " attention units, the " +
@@ -83,7 +111,9 @@ ParamLayout::ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank)
   for (const auto& s : specs_) {
     TensorSlot slot;
     slot.offset = total_;
-    if (s.dim == ShardDim::Replicated)
+    if (!stage_.holds(s))
+      slot.units = {};
+    else if (s.dim == ShardDim::Replicated)
       slot.units = {0};
     else
       slot.units = tp_.map(s.dim).units_of(tp_rank);

@@ -16,6 +16,10 @@
 
 namespace ntp {
 
+// Which end of the model a tensor that belongs to no layer sits at (pipeline stages hold the input
+// end on the first stage, the output end on the last).
+enum class Home { Layer, Input, Output, InputAndOutput };
+
 struct TensorSpec {
   std::string name;            // Hugging Face name, e.g. "h.3.attn.c_attn.weight", "model.norm.weight"
   ShardDim dim;                // which shard map splits it
@@ -25,7 +29,21 @@ struct TensorSpec {
   float init_std;              // normal(0, init_std), or the constant init_value when 0
   float init_value;
   int layer = -1;              // transformer layer it belongs to, -1 for embeddings, heads, final norm
+  Home home = Home::Layer;     // where a tensor with layer -1 lives (GPT-2's tied wte: both ends)
   long full_elems(const ModelConfig& m) const;
+};
+
+// The part of the model one pipeline stage holds: layers [first, end), the input embedding on the
+// first stage, the final norm, the LM head and the loss on the last. Layers are split as evenly as
+// possible, the earlier stages taking the smaller share.
+struct StageRange {
+  int first = 0, end = 0;
+  bool first_stage = true, last_stage = true;
+  static StageRange whole(const ModelConfig& m) { return {0, m.layers, true, true}; }
+  // Stage `stage` of `stages` (1 <= stages <= m.layers).
+  static StageRange of(const ModelConfig& m, int stage, int stages);
+  bool holds(const TensorSpec& s) const;
+  bool operator==(const StageRange&) const = default;
 };
 
 // The tensors of a GPT-2 model, in arena order: wte, wpe, 12 per layer, ln_f.weight, ln_f.bias.
@@ -35,6 +53,8 @@ std::vector<TensorSpec> gpt2_tensors(const ModelConfig& m);
 std::vector<TensorSpec> llama_tensors(const ModelConfig& m);
 // The model's family's tensors.
 std::vector<TensorSpec> model_tensors(const ModelConfig& m);
+// The tensor that sits at both ends of the model (GPT-2's wte, tied to the LM head), or -1.
+int tied_tensor(const ModelConfig& m);
 
 // Index of a layer's tensors within gpt2_tensors(); kind is one of the LayerTensor values.
 enum LayerTensor {
@@ -58,13 +78,19 @@ struct TensorSlot {
   std::vector<int> units;  // global units held here, ascending (one unit for replicated tensors)
 };
 
+// Tensors a pipeline stage does not hold keep their index with no units and no elements, so tensor
+// indices are global at every layout and per-tensor loops (init, optimizer, checkpoints) need no
+// stage logic.
 class ParamLayout {
  public:
   ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank);
+  ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank, const StageRange& stage);
 
   const ModelConfig& model() const { return model_; }
   const TpLayout& tp() const { return tp_; }
   int tp_rank() const { return tp_rank_; }
+  const StageRange& stage() const { return stage_; }
+  bool holds(int tensor) const { return stage_.holds(specs_[tensor]); }
   const std::vector<TensorSpec>& specs() const { return specs_; }
   const TensorSlot& slot(int tensor) const { return slots_[tensor]; }
   std::size_t total() const { return total_; }
@@ -79,6 +105,7 @@ class ParamLayout {
   ModelConfig model_;
   TpLayout tp_;
   int tp_rank_;
+  StageRange stage_;
   std::vector<TensorSpec> specs_;
   std::vector<TensorSlot> slots_;
   std::size_t total_ = 0;

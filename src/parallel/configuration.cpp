@@ -11,18 +11,23 @@
 
 namespace ntp {
 
-Topology::Topology(int world_size_, int world_rank_, int tp_)
-    : world_size(world_size_), world_rank(world_rank_), tp(tp_) {
-  if (tp < 1 || world_size % tp != 0)
-    throw std::invalid_argument(fmt::format("--tp {} does not divide the {} ranks of this job", tp, world_size));
-  replicas = world_size / tp;
-  replica = world_rank / tp;
+Topology::Topology(int world_size_, int world_rank_, int tp_, int stages_)
+    : world_size(world_size_), world_rank(world_rank_), tp(tp_), stages(stages_) {
+  if (stages < 1) throw std::invalid_argument(fmt::format("--pp {} must be at least 1", stages));
+  if (tp < 1 || world_size % (tp * stages) != 0)
+    throw std::invalid_argument(stages == 1 ? fmt::format("--tp {} does not divide the {} ranks of this job", tp,
+                                                          world_size)
+                                            : fmt::format("--tp {} x --pp {} does not divide the {} ranks of this job",
+                                                          tp, stages, world_size));
+  replicas = world_size / (tp * stages);
+  replica = world_rank / (tp * stages);
+  stage = world_rank % (tp * stages) / tp;
   slot = world_rank % tp;
 }
 
 std::vector<int> Topology::replica_ranks(int r) const {
-  std::vector<int> ranks(tp);
-  std::iota(ranks.begin(), ranks.end(), r * tp);
+  std::vector<int> ranks(ranks_per_replica());
+  std::iota(ranks.begin(), ranks.end(), r * ranks_per_replica());
   return ranks;
 }
 
@@ -77,21 +82,36 @@ int Configuration::tp_index_of(int world_rank) const {
   const int q = replica_of(world_rank);
   if (q < 0) return -1;
   const auto& rk = replicas[q].ranks;
-  return static_cast<int>(std::find(rk.begin(), rk.end(), world_rank) - rk.begin());
+  return static_cast<int>(std::find(rk.begin(), rk.end(), world_rank) - rk.begin()) % replicas[q].degree();
+}
+int Configuration::stage_of(int world_rank) const {
+  const int q = replica_of(world_rank);
+  if (q < 0) return -1;
+  const auto& rk = replicas[q].ranks;
+  return static_cast<int>(std::find(rk.begin(), rk.end(), world_rank) - rk.begin()) / replicas[q].degree();
 }
 
 Configuration plan_configuration(Policy policy, const Topology& topo, const ModelConfig& m, int B, double boost,
-                                 const std::vector<char>& alive) {
+                                 const std::vector<char>& alive, int M) {
   Configuration c;
   c.alive = alive;
-  const int t = topo.tp;
+  const int t = topo.tp, P = topo.stages;
+  if (M < 1 || B % M != 0)
+    throw std::invalid_argument(fmt::format("a batch of {} sequences does not split into {} micro-batches", B, M));
   const bool everyone = std::all_of(alive.begin(), alive.end(), [](char a) { return a != 0; });
   c.replicas.resize(topo.replicas);
   for (int r = 0; r < topo.replicas; ++r) {
     auto& rp = c.replicas[r];
-    for (int w : topo.replica_ranks(r))
-      if (alive[w]) rp.ranks.push_back(w);
-    const int n = rp.degree();
+    rp.stages = P;
+    // Live ranks per stage; every stage trains with the least-staffed stage's count.
+    const std::vector<int> all = topo.replica_ranks(r);
+    std::vector<std::vector<int>> live(P);
+    for (int s = 0; s < P; ++s)
+      for (int j = 0; j < t; ++j)
+        if (alive[all[s * t + j]]) live[s].push_back(all[s * t + j]);
+    int n = t;
+    for (const auto& l : live) n = std::min(n, static_cast<int>(l.size()));
+    for (const auto& l : live) rp.ranks.insert(rp.ranks.end(), l.begin(), l.begin() + n);
     bool active = false;
     switch (policy) {
       case Policy::DpDrop: active = n == t; break;
@@ -105,7 +125,13 @@ Configuration plan_configuration(Policy policy, const Topology& topo, const Mode
     }
     rp.state = n == t ? ReplicaState::Healthy : ReplicaState::Degraded;
     rp.batch = B;
-    if (n < t && policy == Policy::Ntp) rp.batch = std::max(1, B * n / t);
+    rp.micro_batches = M;
+    if (n < t && policy == Policy::Ntp) {
+      if (M == 1)
+        rp.batch = std::max(1, B * n / t);
+      else
+        rp.micro_batches = std::max(1, M * n / t), rp.batch = B / M * rp.micro_batches;
+    }
     if (n < t && policy == Policy::NtpPw) rp.speed = boost;
   }
   for (const auto& rp : c.replicas)

@@ -10,11 +10,14 @@
 
 namespace ntp {
 
-// World rank r belongs to replica r / tp at TP slot r % tp (TP ranks adjacent).
+// World rank r = (replica * stages + stage) * tp + slot: TP ranks adjacent, then the pipeline
+// stages of a replica, so a replica is a contiguous block of stages * tp ranks (Megatron's order
+// with TP fastest).
 struct Topology {
-  int world_size, world_rank, tp, replicas, replica, slot;
-  Topology(int world_size, int world_rank, int tp);
-  std::vector<int> replica_ranks(int replica) const;
+  int world_size, world_rank, tp, stages, replicas, replica, stage, slot;
+  Topology(int world_size, int world_rank, int tp, int stages = 1);
+  std::vector<int> replica_ranks(int replica) const;  // stage-major
+  int ranks_per_replica() const { return tp * stages; }
 };
 
 enum class Policy { DpDrop, Ntp, NtpPw, Restart };
@@ -23,14 +26,22 @@ std::string policy_name(Policy p);
 
 enum class ReplicaState : signed char { Healthy = 0, Degraded = 1, Down = 2 };
 
+// Every stage of a replica runs at the same TP degree (the paper's rule for NTP with pipelines:
+// per-stage degrees would make the stage-to-stage exchange many-to-many).
 struct ReplicaPlan {
-  std::vector<int> ranks;  // live world ranks in TP order (empty when down)
-  TpLayout layout;         // over ranks (unused when down)
+  std::vector<int> ranks;  // training world ranks, stage-major, TP order within a stage (empty when down)
+  TpLayout layout;         // of every stage's TP group (unused when down)
+  int stages = 1;          // pipeline stages
   int batch = 0;           // sequences this replica takes per step
+  int micro_batches = 1;   // the batch in this many equal micro-batches (1F1B with stages > 1)
   ReplicaState state = ReplicaState::Down;
   double speed = 1.0;      // compute speed multiplier (ntp-pw boost)
   bool active() const { return state != ReplicaState::Down; }
-  int degree() const { return static_cast<int>(ranks.size()); }
+  int degree() const { return static_cast<int>(ranks.size()) / stages; }  // TP degree of each stage
+  // Stage s's TP group.
+  std::vector<int> stage_ranks(int s) const {
+    return {ranks.begin() + std::ptrdiff_t(s) * degree(), ranks.begin() + std::ptrdiff_t(s + 1) * degree()};
+  }
 };
 
 struct Configuration {
@@ -45,19 +56,23 @@ struct Configuration {
   std::vector<int> degrees() const;  // per replica, 0 when down
   // Every active replica at degree n2: plain per-slot all-reduce, no core/extra regrouping.
   bool uniform() const;
-  // Which replica (and TP index) a world rank trains in, or -1.
+  // Which replica (stage, TP index) a world rank trains in, or -1.
   int replica_of(int world_rank) const;
   int tp_index_of(int world_rank) const;
+  int stage_of(int world_rank) const;
 };
 
-// The configuration for live ranks `alive` (per world rank) under `policy`:
+// The configuration for live ranks `alive` (per world rank) under `policy`, each replica taking
+// B sequences per step in M micro-batches (B / M each):
 //   dp-drop  a replica trains only with all its ranks (Megatron's layout at TP t);
-//   ntp      a replica with n of t ranks trains at TP n with batch max(1, floor(B n / t));
+//   ntp      a replica whose least-staffed stage has n of t ranks trains every stage at TP n (the
+//            first n live ranks of each stage; the others sit out) with batch max(1, floor(B n / t))
+//            in one micro-batch, or, with M > 1, max(1, floor(M n / t)) micro-batches of B / M;
 //   ntp-pw   like ntp with the full batch B, its ranks sped up by `boost`;
 //   restart  everyone trains only when every rank is alive.
 // Under ntp/ntp-pw replicas take the core/extra layout for the smallest live degree (ntp_layout.hpp).
 Configuration plan_configuration(Policy policy, const Topology& topo, const ModelConfig& m, int B, double boost,
-                                 const std::vector<char>& alive);
+                                 const std::vector<char>& alive, int micro_batches = 1);
 
 // Replicas over consecutive ranks 0.., replica k at degrees[k] with the NTP layout for the
 // smallest degree: a configuration made by hand (tests and benchmarks of the sync).

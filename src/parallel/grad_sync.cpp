@@ -51,6 +51,7 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
   for (int t = 0; t < layout.tensor_count(); ++t) {
     const auto& s = layout.specs()[t];
     chunk_offset_[t] = off;
+    if (!layout.holds(t)) continue;  // another pipeline stage's
     off += ParamLayout::padded(s.dim == ShardDim::Replicated
                                    ? std::size_t(s.unit_elems)
                                    : std::size_t(chunk_units_[dim_index(s.dim)]) * s.unit_elems);
@@ -61,9 +62,11 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
   const int L = m.layers;
   buckets_.resize(L + 1);
   for (int t = 0; t < layout.tensor_count(); ++t) {
+    if (!layout.holds(t)) continue;
     const int layer = layout.specs()[t].layer;
     auto& bk = buckets_[layer >= 0 ? L - 1 - layer : L];
     const std::size_t len = (t + 1 < layout.tensor_count() ? chunk_offset_[t + 1] : off) - chunk_offset_[t];
+    // (tensors not held take no space, so a held neighbour two indices away still merges here)
     if (!bk.tensors.empty() && bk.tensors.back() == t - 1)
       bk.ranges.back().second += len;
     else
@@ -120,7 +123,8 @@ void GradSync::post_regroup(int b) {
 
 void GradSync::layer_gradients_ready(int layer) {
   if (uniform_ || grads_ == nullptr) return;
-  post_regroup(static_cast<int>(buckets_.size()) - 2 - layer);
+  const int b = static_cast<int>(buckets_.size()) - 2 - layer;
+  if (!buckets_[b].tensors.empty()) post_regroup(b);
   progress();
 }
 
@@ -165,7 +169,7 @@ void GradSync::finish() {
   {
     PhaseScope p(clock_, Phase::Reshard);
     for (int b = 0; b < B; ++b)
-      if (!regroup_[b].exchange) post_regroup(b);  // buckets no ready call announced
+      if (!regroup_[b].exchange && !buckets_[b].tensors.empty()) post_regroup(b);  // no ready call announced these
   }
   // The embedding bucket (last to be ready) goes second: see the header.
   std::vector<int> order;
@@ -173,11 +177,13 @@ void GradSync::finish() {
     order.push_back(b);
     if (b == 0) order.push_back(B - 1);
   }
+  std::erase_if(order, [&](int b) { return buckets_[b].tensors.empty(); });  // other stages' layers
   for (int b : order) {
     complete(regroup_[b]);
     if (slot_) {
       pack_replicated(b);
-      for (const auto& [off, n] : buckets_[b].ranges) allreduce(chunk() + off, n);
+      for (const auto& [off, n] : buckets_[b].ranges)
+        if (n > 0) allreduce(chunk() + off, n);
     }
     PhaseScope p(clock_, Phase::Reshard);
     reverse_[b] = {std::make_unique<ReshardExchange>(tp_, *from_chunks_, tensors(b, false), &be_), PhaseClock::clock::now()};
@@ -191,8 +197,11 @@ void GradSync::sync(float* grads) {
   finish();
 }
 
-double GradSync::global_norm(const float* grads) {
+double GradSync::global_norm(const float* grads) { return std::sqrt(squared_norm(grads)); }
+
+double GradSync::squared_norm(const float* grads) {
   PhaseScope p(clock_, Phase::Optimizer);
+  const StageRange& stage = layout_.stage();
   // partial[i]: sharded squares of sync slot i; partial[n2]: replicated squares (slot 0 only).
   std::vector<double> partial(n2_ + 1, 0.0);
   if (tp_index_ < n2_) {
@@ -200,6 +209,7 @@ double GradSync::global_norm(const float* grads) {
       const auto& s = layout_.specs()[t];
       const bool rep = s.dim == ShardDim::Replicated;
       if (rep && tp_index_ != 0) continue;
+      if (!layout_.holds(t) || (s.home == Home::InputAndOutput && !stage.first_stage)) continue;
       const float* x = grads + layout_.slot(t).offset;
       long n = layout_.slot(t).elems;
       if (!uniform_ && !rep)
@@ -210,7 +220,7 @@ double GradSync::global_norm(const float* grads) {
   tp_.allreduce_sum(partial.data(), partial.size());
   double total = 0;
   for (double v : partial) total += v;  // fixed order: identical on every replica
-  return std::sqrt(total);
+  return total;
 }
 
 }  // namespace ntp

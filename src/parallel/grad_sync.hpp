@@ -8,6 +8,9 @@
 // extras' slices. Replicated tensors ride along in every slot; the reverse exchange also carries
 // one copy of them from core rank 0 to every other rank.
 //
+// With pipeline stages everything above is per stage: the TP group and the sync slots are the
+// stage's, and tensors the stage does not hold (ParamLayout) take no space and no bucket.
+//
 // Chunk mode works in buckets, one per transformer layer plus one for the rest (embeddings and
 // the final LayerNorm, whose gradients are final only at the end of the backward). A layer's
 // regroup starts as soon as the backward has finished that layer (layer_gradients_ready) and runs
@@ -59,8 +62,10 @@ class GradSync final : public BackwardObserver {
   // Without overlap: begin + finish.
   void sync(float* grads);
 
-  // The global L2 norm of the summed gradients (call after finish).
+  // The global L2 norm of the summed gradients (call after finish), and its square: with pipeline
+  // stages, the square of this stage's share (a tensor held at both ends counted on the first).
   double global_norm(const float* grads);
+  double squared_norm(const float* grads);
   // Whether this replica all-reduces its gradient arena in place (see above).
   bool chunks_in_place() const { return aligned_; }
   // Bytes this rank sent in the last sync (all-reduce counted as a ring's 2(n-1)/n).

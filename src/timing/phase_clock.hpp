@@ -7,10 +7,12 @@
 
 namespace ntp {
 
-enum class Phase { Forward, Backward, TpComm, DpComm, Reshard, Optimizer, Recovery, Idle, Other, Count };
+// PpComm: pipeline sends and receives between stages, including the wait for a neighbour (the
+// pipeline bubble shows up there).
+enum class Phase { Forward, Backward, TpComm, DpComm, PpComm, Reshard, Optimizer, Recovery, Idle, Other, Count };
 constexpr int kPhaseCount = static_cast<int>(Phase::Count);
 constexpr std::array<std::string_view, kPhaseCount> kPhaseNames = {
-    "forward", "backward", "tp_comm", "dp_comm", "reshard", "optimizer", "recovery", "idle", "other"};
+    "forward", "backward", "tp_comm", "dp_comm", "pp_comm", "reshard", "optimizer", "recovery", "idle", "other"};
 
 class PhaseClock {
  public:

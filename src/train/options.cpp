@@ -14,7 +14,9 @@ nlohmann::json to_json(const Options& o) {
         {"kv_heads", o.model.kv()}, {"ffn", o.model.mlp()}, {"rope_theta", o.model.rope_theta}}},
       {"seq", o.seq},
       {"tp", o.tp},
+      {"pp", o.pp},
       {"micro_batch", o.micro_batch},
+      {"micro_batches", o.micro_batches},
       {"steps", o.steps},
       {"seed", o.seed},
       {"data", o.data},
@@ -60,6 +62,9 @@ Options options_from_json(const nlohmann::json& j) {
   o.seq = j.at("seq");
   o.tp = j.at("tp");
   o.micro_batch = j.at("micro_batch");
+  // Runs recorded before pipeline parallelism have neither key.
+  o.pp = j.value("pp", 1);
+  o.micro_batches = j.value("micro_batches", 1);
   o.steps = j.at("steps");
   o.seed = j.at("seed");
   o.data = j.at("data");

@@ -17,8 +17,10 @@ struct Options {
   std::string preset = "small";
   ModelConfig model = ntp::preset("small");
   int seq = 128;          // T, training sequence length
-  int tp = 1;             // TP degree; DP = ranks / tp
-  int micro_batch = 4;    // sequences per replica per step
+  int tp = 1;             // TP degree
+  int pp = 1;             // pipeline stages; DP = ranks / (tp * pp)
+  int micro_batch = 4;    // sequences per micro-batch
+  int micro_batches = 1;  // micro-batches per replica per step (a replica's batch: micro_batch * micro_batches)
   int steps = 20;
   std::uint64_t seed = 1234;
   std::string data = "synthetic";
@@ -49,6 +51,9 @@ struct Options {
   std::string precision = "fp32";  // fp32 or bf16 GEMMs (bf16: cuda only; see src/backend/backend.hpp)
   bool allow_gpu_sharing = false;  // cuda: let several ranks share one GPU
 };
+
+// Sequences one replica takes per step at full strength.
+inline int replica_batch(const Options& o) { return o.micro_batch * o.micro_batches; }
 
 nlohmann::json to_json(const Options& o);
 Options options_from_json(const nlohmann::json& j);

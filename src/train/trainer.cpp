@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <numeric>
 #include <stdexcept>
@@ -21,8 +22,13 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
+Configuration plan_for(const Options& o, const Topology& topo, const std::vector<char>& alive) {
+  return plan_configuration(parse_policy(o.policy), topo, o.model, replica_batch(o), o.pacing.boost, alive,
+                            o.micro_batches);
+}
+
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
-    : o_(o), group_(&world), me_(world.rank()), n_(world.size()), topo_(n_, me_, o.tp),
+    : o_(o), group_(&world), me_(world.rank()), n_(world.size()), topo_(n_, me_, o.tp, o.pp),
       policy_(parse_policy(o.policy)), max_batch_(max_batch), pacer_(o.pacing) {
   // While a paced rank sleeps (its emulated device computing), the sync's exchanges progress.
   pacer_.set_background([this] {
@@ -33,11 +39,11 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
   backend_ = make_backend(o.backend, o.backend == "cpu" ? 0 : world.split_node()->rank(), parse_precision(o.precision));
   stage_device_buffers_ = o.backend != "cpu" && o.allow_gpu_sharing;
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
-  cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost, std::vector<char>(n_, 1));
+  cfg_ = plan_for(o, topo_, std::vector<char>(n_, 1));
   valid_.assign(topo_.replicas, 1);
   build_comms();
   const int q = cfg_.replica_of(me_);
-  model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me_));
+  model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me_), cfg_.stage_of(me_));
   model_->init_params(o.seed);
   opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o.opt);
   sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me_), *tp_, slot_.get(), model_->layout(), *backend_,
@@ -48,14 +54,14 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
 
 Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& join)
     : o_(o), group_(&group), me_(join.logical_rank), n_(static_cast<int>(join.alive.size())),
-      topo_(n_, me_, o.tp), policy_(parse_policy(o.policy)), max_batch_(max_batch), pacer_(o.pacing) {
+      topo_(n_, me_, o.tp, o.pp), policy_(parse_policy(o.policy)), max_batch_(max_batch), pacer_(o.pacing) {
   pacer_.set_background([this] {
     if (sync_) sync_->progress();
   });
   // Only the CPU backend joins this way (--kill-mode signal is refused with GPUs).
   backend_ = make_backend(o.backend, 0, parse_precision(o.precision));
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
-  cfg_ = plan_configuration(policy_, topo_, o.model, o.micro_batch, o.pacing.boost, join.alive);
+  cfg_ = plan_for(o, topo_, join.alive);
   valid_ = join.valid;
   cursor_ = join.cursor, steps_ = join.steps;
   initial_cursor_ = join.initial_cursor, initial_steps_ = join.initial_steps;
@@ -69,7 +75,7 @@ JoinState Trainer::join_state(int logical_rank) const {
 }
 
 void Trainer::revoke_all() {
-  for (Comm* c : {group_, live_.get(), tp_.get(), train_.get(), slot_.get()})
+  for (Comm* c : {group_, live_.get(), tp_.get(), train_.get(), slot_.get(), pp_.get(), embed_.get()})
     if (c) c->revoke();
 }
 
@@ -106,21 +112,30 @@ void Trainer::build_comms() {
   const int me = me_;
   const bool alive = cfg_.alive[me] != 0;
   live_ = group_->split(alive ? 0 : -1, me);
-  const int q = cfg_.replica_of(me), idx = cfg_.tp_index_of(me);
+  const int q = cfg_.replica_of(me), idx = cfg_.tp_index_of(me), st = cfg_.stage_of(me);
+  const int P = topo_.stages, t = topo_.tp;
   // The groups that carry device buffers (activations, gradient chunks) are staged through host
   // memory where the world cannot take device pointers (see communication()).
   auto device_capable = [&](std::unique_ptr<Comm> c) {
     return stage_device_buffers_ && c ? make_host_staged_comm(std::move(c), *backend_) : std::move(c);
   };
-  tp_ = device_capable(group_->split(q, idx));
+  tp_ = device_capable(group_->split(q >= 0 ? q * P + st : -1, idx));
   train_ = group_->split(q >= 0 ? 0 : -1, me);
-  // Sync slot i: TP index i of every active replica, for i < n2 (the extras sit out).
-  slot_ = device_capable(group_->split(q >= 0 && idx < cfg_.n2 ? idx : -1, q));
+  // Sync slot (stage, i): TP index i of that stage in every active replica, for i < n2 (the extras
+  // sit out).
+  slot_ = device_capable(group_->split(q >= 0 && idx < cfg_.n2 ? st * t + idx : -1, q));
+  // With stages: the pipeline of my replica and TP index, and the tied embedding's two ends.
+  pp_ = P > 1 ? device_capable(group_->split(q >= 0 ? q * t + idx : -1, st)) : nullptr;
+  const bool ends = q >= 0 && (st == 0 || st == P - 1);
+  embed_ = P > 1 && tied_tensor(o_.model) >= 0 ? device_capable(group_->split(ends ? q * t + idx : -1, st)) : nullptr;
   route_links();
 }
 
-std::unique_ptr<Model> Trainer::make_model(const ReplicaPlan& rp, int tp_index) {
-  auto m = ntp::make_model(*backend_, o_.model, rp.layout, tp_index, *tp_, max_batch_, o_.seq);
+std::unique_ptr<Model> Trainer::make_model(const ReplicaPlan& rp, int tp_index, int stage) {
+  const StageRange range = StageRange::of(o_.model, stage, rp.stages);
+  // 1F1B keeps at most stages - stage micro-batches between forward and backward on a stage.
+  const int in_flight = std::min(rp.stages - stage, o_.micro_batches);
+  auto m = ntp::make_model(*backend_, o_.model, rp.layout, tp_index, *tp_, max_batch_, o_.seq, &range, in_flight);
   m->set_clock(&clock_);
   m->set_pacer(&pacer_);
   return m;
@@ -182,33 +197,122 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   return r;
 }
 
-// This replica's share of the step up to the update: samples, forward, backward with the
-// gradient sync across replicas, the global loss and gradient norm.
+// This replica's share of the step up to the update: samples, forward and backward of every
+// micro-batch (through the pipeline's stages), the gradient sync across replicas, the global loss
+// and gradient norm.
 void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std::function<void(StepPoint)>& at) {
   const int T = o_.seq, q = cfg_.replica_of(me_);
-  const int B = batch[q];
-  if (B > max_batch_) throw std::logic_error("batch exceeds the model's maximum");
+  const int B = batch[q], M = cfg_.replicas[q].micro_batches;
+  if (B % M != 0) throw std::logic_error(fmt::format("a batch of {} does not split into {} micro-batches", B, M));
+  if (B / M > max_batch_) throw std::logic_error("micro-batch exceeds the model's maximum");
   pacer_.set_speed(cfg_.replicas[q].speed);
   const long long first = cursor_ + std::accumulate(batch.begin(), batch.begin() + q, 0LL);
-  for (int b = 0; b < B; ++b) data_->sample(first + b, T, &tokens_[std::size_t(b) * T], &targets_[std::size_t(b) * T]);
-  model_->zero_grads();
-  at(StepPoint::Forward);
-  double loss_sum = model_->forward(tokens_.data(), targets_.data(), B);
   const double global_tokens = double(r.samples) * T;
-  at(StepPoint::Backward);
-  sync_->begin(model_->grads());
-  model_->backward(static_cast<float>(1.0 / global_tokens), sync_.get());  // regroups start here
+  model_->zero_grads();
+  const double loss_sum = pipeline(first, M, B / M, static_cast<float>(1.0 / global_tokens), at);
   at(StepPoint::Sync);
+  reduce_tied_embedding();
   sync_->finish();
+  const int stage = cfg_.stage_of(me_), P = topo_.stages;
   {
-    // The global loss: each replica's first rank contributes its replica's sum.
+    // The global loss: the first rank of each replica's last stage contributes its replica's sum.
     PhaseScope s(clock_, Phase::DpComm);
-    double contrib = cfg_.tp_index_of(me_) == 0 ? loss_sum : 0.0;
+    double contrib = cfg_.tp_index_of(me_) == 0 && stage == P - 1 ? loss_sum : 0.0;
     train_->allreduce_sum(&contrib, 1);
     r.loss = contrib / global_tokens;
   }
-  r.grad_norm = sync_->global_norm(model_->grads());
+  double squares = sync_->squared_norm(model_->grads());
+  if (pp_) {
+    // One partial per stage, summed in stage order: bitwise the same on every rank.
+    PhaseScope s(clock_, Phase::Optimizer);
+    std::vector<double> per_stage(P, 0.0);
+    per_stage[stage] = squares;
+    pp_->allreduce_sum(per_stage.data(), per_stage.size());
+    squares = 0;
+    for (double v : per_stage) squares += v;
+  }
+  r.grad_norm = std::sqrt(squares);
   at(StepPoint::Optimizer);
+}
+
+// Megatron's non-interleaved 1F1B: stage s runs min(P - s - 1, M) forwards (warm-up), then
+// alternates one forward and one backward, then runs the remaining backwards (cool-down). With one
+// stage it is a forward and a backward per micro-batch. Gradients accumulate over the
+// micro-batches; the last backward carries the gradient sync's observer, whose regroups start as
+// that backward finishes each layer.
+double Trainer::pipeline(long long first, int M, int b, float dloss, const std::function<void(StepPoint)>& at) {
+  const int T = o_.seq, P = topo_.stages, s = cfg_.stage_of(me_), K = model_->in_flight();
+  const int prev = s > 0 ? s - 1 : -1, next = s < P - 1 ? s + 1 : -1;
+  const std::size_t n = std::size_t(b) * T * o_.model.hidden;  // one micro-batch's activations
+  double loss = 0;
+  int forwards = 0, backwards = 0;
+  auto receive_input = [&] {
+    model_->use_micro_batch(forwards % K);
+    pp_transfer(nullptr, -1, model_->stage_input(), prev, n);
+  };
+  auto forward = [&] {
+    const int k = forwards++;
+    model_->use_micro_batch(k % K);
+    if (k == 0) at(StepPoint::Forward);
+    for (int i = 0; i < b; ++i)
+      data_->sample(first + std::int64_t(k) * b + i, T, &tokens_[std::size_t(i) * T], &targets_[std::size_t(i) * T]);
+    loss += model_->forward(tokens_.data(), targets_.data(), b);
+  };
+  auto backward = [&] {
+    const int k = backwards++;
+    model_->use_micro_batch(k % K);
+    if (k == 0) at(StepPoint::Backward);
+    const bool last = k == M - 1;
+    if (last) sync_->begin(model_->grads());
+    model_->backward(dloss, last ? sync_.get() : nullptr);
+  };
+  const int warmup = std::min(P - s - 1, M), steady = M - warmup;
+  for (int i = 0; i < warmup; ++i) {
+    receive_input();
+    forward();
+    pp_transfer(model_->stage_output(), next, nullptr, -1, n);
+  }
+  if (steady > 0) receive_input();
+  for (int i = 0; i < steady; ++i) {
+    forward();
+    // The output goes on while the gradient of the oldest micro-batch in flight comes back.
+    pp_transfer(model_->stage_output(), next, model_->boundary_grad(), next, n);
+    backward();
+    if (i == steady - 1) {
+      pp_transfer(model_->boundary_grad(), prev, nullptr, -1, n);
+    } else {
+      // The input gradient goes back while the next micro-batch's input comes in (the gradient
+      // is scratch, the input belongs to the next slot).
+      const float* grad = model_->boundary_grad();
+      model_->use_micro_batch(forwards % K);
+      pp_transfer(grad, prev, model_->stage_input(), prev, n);
+    }
+  }
+  for (int i = 0; i < warmup; ++i) {
+    pp_transfer(nullptr, -1, model_->boundary_grad(), next, n);
+    backward();
+    pp_transfer(model_->boundary_grad(), prev, nullptr, -1, n);
+  }
+  return loss;
+}
+
+void Trainer::pp_transfer(const float* send, int dest, float* recv, int src, std::size_t n) {
+  if (dest < 0 && src < 0) return;
+  PhaseScope p(clock_, Phase::PpComm);
+  const auto t0 = Clock::now();
+  pp_->sendrecv(send, dest >= 0 ? n : 0, dest, recv, src >= 0 ? n : 0, src);
+  // Stages sit in different scale-up domains: their transfers take the scale-out link.
+  pacer_.pace_transfer(since(t0), double(n) * sizeof(float), 1, Link::Dp);
+}
+
+void Trainer::reduce_tied_embedding() {
+  if (!embed_) return;
+  PhaseScope p(clock_, Phase::PpComm);
+  const auto t0 = Clock::now();
+  const int t = tied_tensor(o_.model);
+  const long n = model_->layout().slot(t).elems;
+  embed_->allreduce_sum(model_->grad(t), std::size_t(n));
+  pacer_.pace_transfer(since(t0), double(n) * sizeof(float), 2, Link::Dp);  // a two-rank all-reduce
 }
 
 bool Trainer::save_checkpoint(const std::string& path) {
@@ -223,7 +327,7 @@ bool Trainer::save_checkpoint(const std::string& path) {
       if (cfg_.alive[r]) live_rank[r] = k++;
     std::vector<int> ranks;
     for (int w : rp.ranks) ranks.push_back(live_rank[w]);
-    const SourceOwners owners = owners_in_replica(rp.layout, ranks);
+    const SourceOwners owners = owners_in_replica(o_.model, rp.layout, ranks, rp.stages);
     CheckpointMeta meta{steps_, cursor_, true};
     // Live ranks outside the source replica take part in the exchange with nothing to send.
     ntp::save_checkpoint(path, *live_, ranks[0], owners, o_.model, model_.get(), opt_.get(), meta);

@@ -72,6 +72,9 @@ struct JoinState {
   std::string restore_path;
 };
 
+// The configuration the job's options give for a membership (live flag per logical rank).
+Configuration plan_for(const Options& o, const Topology& topo, const std::vector<char>& alive);
+
 // Ranks are *logical*: numbered as at job start, whatever process holds them now. The group a
 // Trainer talks over holds the live ones (with --kill-mode fence, every one), in logical order.
 class Trainer {
@@ -99,8 +102,9 @@ class Trainer {
   void set_commit_agreement(bool on) { agree_commit_ = on; }
   JoinState join_state(int logical_rank) const;
   int logical_rank() const { return me_; }
-  // One optimizer step with the configuration's batches (or `batch`, one per replica).
-  // Every rank calls it; ranks that do not train only advance their counters.
+  // One optimizer step with the configuration's batches (or `batch`, sequences per replica, each
+  // split into the replica's micro-batches). Every rank calls it; ranks that do not train only
+  // advance their counters.
   StepResult step();
   StepResult step(const std::vector<int>& batch);
 
@@ -130,7 +134,15 @@ class Trainer {
   void build_comms();
   void route_links();
   void gradients(const std::vector<int>& batch, StepResult& r, const std::function<void(StepPoint)>& at);
-  std::unique_ptr<Model> make_model(const ReplicaPlan& rp, int tp_index);
+  // The 1F1B pipeline over `micro` micro-batches of `b` sequences starting at sample `first`;
+  // returns this rank's share of the loss sum (the last stage's).
+  double pipeline(long long first, int micro, int b, float dloss, const std::function<void(StepPoint)>& at);
+  // One pipeline transfer over pp_ (either side may be absent: -1), timed and paced.
+  void pp_transfer(const float* send, int dest, float* recv, int src, std::size_t n);
+  // GPT-2's tied embedding: the first and last stages sum their wte gradients (Megatron's
+  // embedding group).
+  void reduce_tied_embedding();
+  std::unique_ptr<Model> make_model(const ReplicaPlan& rp, int tp_index, int stage);
   void restore(Recovery& rec);
   bool current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
                               const std::vector<char>& alive) const;
@@ -149,7 +161,9 @@ class Trainer {
   std::unique_ptr<DataSource> data_;
   Configuration cfg_;
   std::vector<char> valid_;  // per replica: its state is current (it trained the last step)
-  std::unique_ptr<Comm> live_, tp_, train_, slot_;  // live ranks, my replica, all trainers, my sync slot
+  // live ranks, my stage's TP group, all trainers, my sync slot (same stage and TP index across
+  // replicas), my pipeline (same replica and TP index, by stage), the tied embedding's two stages
+  std::unique_ptr<Comm> live_, tp_, train_, slot_, pp_, embed_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<GradSync> sync_;

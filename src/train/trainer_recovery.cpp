@@ -1,6 +1,7 @@
 // The Trainer's reconfiguration: a new membership, new communicators, and the shards each
 // changed replica needs, healed from live peers with the one reshard primitive, or, when no live
-// replica holds every shard, a restore from the last checkpoint.
+// replica holds every shard, a restore from the last checkpoint. With pipeline stages every stage
+// heals from the same stage: within its TP group, or from that stage of a live replica.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -28,35 +29,36 @@ struct HealView {
   bool i_hold;                         // this rank holds current state (old layout)
   int new_q;                           // this rank's replica after (-1: none)
   std::vector<TensorSpec> specs;
+  int stages;
 
   bool alive(int w) const { return new_cfg.alive[w] != 0; }
   bool current(int p) const { return old_valid[p] && old_cfg.replicas[p].active(); }
+  // The world rank that held unit u of dimension d on stage s of old replica p.
+  int old_owner(int p, int s, ShardDim d, int u) const {
+    const auto& o = old_cfg.replicas[p];
+    return o.ranks[std::size_t(s) * o.degree() + o.layout.map(d).owner(u)];
+  }
 
-  // The world rank to take unit u of dimension d from, for replica q: the replica's own old owner
-  // if current and alive, else the owner in the first current replica that lives.
-  int source(int q, ShardDim d, int u) const {
-    if (current(q)) {
-      const auto& o = old_cfg.replicas[q];
-      const int w = o.ranks[o.layout.map(d).owner(u)];
-      if (alive(w)) return w;
-    }
-    for (int p = 0; p < static_cast<int>(old_cfg.replicas.size()); ++p) {
-      if (!current(p)) continue;
-      const auto& o = old_cfg.replicas[p];
-      const int w = o.ranks[o.layout.map(d).owner(u)];
-      if (alive(w)) return w;
-    }
+  // The world rank to take unit u of dimension d from, for stage s of replica q: the replica's own
+  // old owner if current and alive, else the owner in the first current replica that lives.
+  int source(int q, int s, ShardDim d, int u) const {
+    if (current(q) && alive(old_owner(q, s, d, u))) return old_owner(q, s, d, u);
+    for (int p = 0; p < static_cast<int>(old_cfg.replicas.size()); ++p)
+      if (current(p) && alive(old_owner(p, s, d, u))) return old_owner(p, s, d, u);
     return kNowhere;
   }
 
-  // The first live rank of a current replica: the donor of replicated tensors for ranks that hold none.
-  int replicated_donor() const {
+  // The first live rank of stage s of a current replica: the donor of replicated tensors for
+  // ranks that hold none.
+  int replicated_donor(int s) const {
     for (int p = 0; p < static_cast<int>(old_cfg.replicas.size()); ++p)
       if (current(p))
-        for (int w : old_cfg.replicas[p].ranks)
+        for (int w : old_cfg.replicas[p].stage_ranks(s))
           if (alive(w)) return w;
     return kNowhere;
   }
+  bool on_stage(int s, int t) const { return StageRange::of(*model, s, stages).holds(specs[t]); }
+  const ModelConfig* model;
 };
 
 // Tensor t's weights and both AdamW moments in a model's arena (all null without a model).
@@ -72,43 +74,44 @@ struct HealExchange {
   std::vector<ReshardTensor> tensors;
 };
 
-// One segment per sharded dimension: every unit from its source to the target's owner.
-void add_sharded_parts(const HealView& v, int q, Model* held, AdamW* held_opt, Model* fresh, AdamW* fresh_opt,
-                       int live_me, int live_size, HealExchange& x) {
+// One segment per sharded dimension of stage s: every unit from its source to the target's owner.
+void add_sharded_parts(const HealView& v, int q, int stage, Model* held, AdamW* held_opt, Model* fresh,
+                       AdamW* fresh_opt, int live_me, int live_size, HealExchange& x) {
   const auto& target = v.new_cfg.replicas[q];
+  const int my_old_q = v.old_cfg.replica_of(v.me);
+  // This rank serves units of the segment only from the stage it held.
+  const bool serves = v.i_hold && v.old_cfg.stage_of(v.me) == stage;
   for (int k = 0; k < 3; ++k) {
     const ShardDim d = kDims[k];
     const int units = target.layout.map(d).units();
     std::vector<int> src(units), dst(units);
     for (int u = 0; u < units; ++u) {
-      src[u] = v.live_rank[v.source(q, d, u)];
-      dst[u] = v.live_rank[target.ranks[target.layout.map(d).owner(u)]];
+      src[u] = v.live_rank[v.source(q, stage, d, u)];
+      dst[u] = v.live_rank[target.ranks[std::size_t(stage) * target.degree() + target.layout.map(d).owner(u)]];
     }
     std::vector<int> rows;
-    if (v.i_hold) {
-      const int my_old_q = v.old_cfg.replica_of(v.me);
-      rows = v.old_cfg.replicas[my_old_q].layout.map(d).local_rows(v.old_cfg.tp_index_of(v.me));
-    }
-    x.parts.emplace_back(src, dst, live_me, live_size, v.i_hold ? &rows : nullptr);
+    if (serves) rows = v.old_cfg.replicas[my_old_q].layout.map(d).local_rows(v.old_cfg.tp_index_of(v.me));
+    const int segment = static_cast<int>(x.parts.size());
+    x.parts.emplace_back(src, dst, live_me, live_size, serves ? &rows : nullptr);
     for (int t = 0; t < static_cast<int>(v.specs.size()); ++t) {
-      if (v.specs[t].dim != d) continue;
-      const auto s = state_of(v.i_hold ? held : nullptr, held_opt, t);
-      const auto o = state_of(v.new_q == q ? fresh : nullptr, fresh_opt, t);
-      for (int j = 0; j < 3; ++j) x.tensors.push_back({s[j], o[j], v.specs[t].unit_elems, k});
+      if (v.specs[t].dim != d || !v.on_stage(stage, t)) continue;
+      const auto s = state_of(serves ? held : nullptr, held_opt, t);
+      const auto o = state_of(v.new_q == q && v.new_cfg.stage_of(v.me) == stage ? fresh : nullptr, fresh_opt, t);
+      for (int j = 0; j < 3; ++j) x.tensors.push_back({s[j], o[j], v.specs[t].unit_elems, segment});
     }
   }
 }
 
-// One segment for the replicated tensors: one copy per rank of the target, each from the rank
-// itself when it holds a current copy, else from the donor.
-void add_replicated_part(const HealView& v, int q, Model* held, AdamW* held_opt, Model* fresh, AdamW* fresh_opt,
-                         int live_me, int live_size, HealExchange& x) {
+// One segment for the replicated tensors of stage s: one copy per rank of the target stage, each
+// from the rank itself when it holds a current copy, else from the donor.
+void add_replicated_part(const HealView& v, int q, int stage, Model* held, AdamW* held_opt, Model* fresh,
+                         AdamW* fresh_opt, int live_me, int live_size, HealExchange& x) {
   const auto& target = v.new_cfg.replicas[q];
   const int n = target.degree();
-  const int donor = v.replicated_donor();
+  const int donor = v.replicated_donor(stage);
   std::vector<int> src(n), dst(n), rows(n, -1);
   for (int j = 0; j < n; ++j) {
-    const int w = target.ranks[j];
+    const int w = target.ranks[std::size_t(stage) * n + j];
     const int oq = v.old_cfg.replica_of(w);
     const bool own = oq >= 0 && v.old_valid[oq];
     src[j] = v.live_rank[own ? w : donor];
@@ -116,11 +119,12 @@ void add_replicated_part(const HealView& v, int q, Model* held, AdamW* held_opt,
     if (src[j] == live_me) rows[j] = 0;  // every copy it serves comes from its one buffer
   }
   const int segment = static_cast<int>(x.parts.size());
-  x.parts.emplace_back(src, dst, live_me, live_size, v.i_hold ? &rows : nullptr);
+  const bool serves = v.i_hold && v.old_cfg.stage_of(v.me) == stage;
+  x.parts.emplace_back(src, dst, live_me, live_size, serves ? &rows : nullptr);
   for (int t = 0; t < static_cast<int>(v.specs.size()); ++t) {
-    if (v.specs[t].dim != ShardDim::Replicated) continue;
-    const auto s = state_of(v.i_hold ? held : nullptr, held_opt, t);
-    const auto o = state_of(v.new_q == q ? fresh : nullptr, fresh_opt, t);
+    if (v.specs[t].dim != ShardDim::Replicated || !v.on_stage(stage, t)) continue;
+    const auto s = state_of(serves ? held : nullptr, held_opt, t);
+    const auto o = state_of(v.new_q == q && v.new_cfg.stage_of(v.me) == stage ? fresh : nullptr, fresh_opt, t);
     for (int j = 0; j < 3; ++j) x.tensors.push_back({s[j], o[j], v.specs[t].unit_elems, segment});
   }
 }
@@ -142,25 +146,28 @@ std::vector<char> changed_replicas(const Configuration& old_cfg, const std::vect
 
 }  // namespace
 
-// Is every unit of every sharded dimension held by a live rank of a replica whose state is
-// current (it trained the last step)? Replicated tensors then survive too.
+// Is every unit of every sharded dimension, on every pipeline stage, held by a live rank of a
+// replica whose state is current (it trained the last step)? Replicated tensors then survive too.
 bool Trainer::current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
                                      const std::vector<char>& alive) const {
   const ModelConfig& m = o_.model;
-  std::vector<char> held[3] = {std::vector<char>(m.head_units(), 0), std::vector<char>(m.mlp(), 0),
-                               std::vector<char>(m.vocab, 0)};
   bool any = false;
-  for (int q = 0; q < topo_.replicas; ++q) {
-    const auto& rp = old_cfg.replicas[q];
-    if (!old_valid[q] || !rp.active()) continue;
-    for (int k = 0; k < 3; ++k) {
-      const auto& map = rp.layout.map(kDims[k]);
-      for (int u = 0; u < map.units(); ++u)
-        if (alive[rp.ranks[map.owner(u)]]) held[k][u] = 1, any = true;
+  for (int st = 0; st < topo_.stages; ++st) {
+    std::vector<char> held[3] = {std::vector<char>(m.head_units(), 0), std::vector<char>(m.mlp(), 0),
+                                 std::vector<char>(m.vocab, 0)};
+    for (int q = 0; q < topo_.replicas; ++q) {
+      const auto& rp = old_cfg.replicas[q];
+      if (!old_valid[q] || !rp.active()) continue;
+      const std::vector<int> ranks = rp.stage_ranks(st);
+      for (int k = 0; k < 3; ++k) {
+        const auto& map = rp.layout.map(kDims[k]);
+        for (int u = 0; u < map.units(); ++u)
+          if (alive[ranks[map.owner(u)]]) held[k][u] = 1, any = true;
+      }
     }
+    for (const auto& h : held)
+      if (!std::all_of(h.begin(), h.end(), [](char c) { return c != 0; })) return false;
   }
-  for (const auto& h : held)
-    if (!std::all_of(h.begin(), h.end(), [](char c) { return c != 0; })) return false;
   return any;
 }
 
@@ -186,7 +193,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   t0 = Clock::now();
   const Configuration old_cfg = cfg_;
   const std::vector<char> old_valid = valid_;
-  cfg_ = plan_configuration(policy_, topo_, o_.model, o_.micro_batch, o_.pacing.boost, alive);
+  cfg_ = plan_for(o_, topo_, alive);
   rec.before = old_cfg.degrees();
   rec.after = cfg_.degrees();
   rec.changed = true;
@@ -231,7 +238,7 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
     return;
   }
   HealView v{old_cfg, old_valid, cfg_, std::vector<int>(n_, kNowhere), me, false, cfg_.replica_of(me),
-             model_tensors(o_.model)};
+             model_tensors(o_.model), topo_.stages, &o_.model};
   for (int r = 0, k = 0; r < n_; ++r)  // live_ is split ordered by logical rank
     if (cfg_.alive[r]) v.live_rank[r] = k++;
   const int my_old_q = old_cfg.replica_of(me);
@@ -241,15 +248,19 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
   std::unique_ptr<Model> fresh;
   std::unique_ptr<AdamW> fresh_opt;
   if (v.new_q >= 0 && changed[v.new_q]) {
-    fresh = make_model(cfg_.replicas[v.new_q], cfg_.tp_index_of(me));
+    fresh = make_model(cfg_.replicas[v.new_q], cfg_.tp_index_of(me), cfg_.stage_of(me));
     fresh_opt = std::make_unique<AdamW>(*backend_, fresh->layout(), o_.opt);
     fresh_opt->set_steps_taken(steps_);
   }
   for (int q = 0; q < topo_.replicas; ++q) {
     if (!changed[q]) continue;
     HealExchange x;
-    add_sharded_parts(v, q, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), live_->rank(), live_->size(), x);
-    add_replicated_part(v, q, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), live_->rank(), live_->size(), x);
+    for (int st = 0; st < topo_.stages; ++st) {
+      add_sharded_parts(v, q, st, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), live_->rank(),
+                        live_->size(), x);
+      add_replicated_part(v, q, st, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), live_->rank(),
+                          live_->size(), x);
+    }
     rec.heal_bytes += reshard(*live_, ReshardPlan::combine(x.parts), x.tensors, backend_.get());
   }
   if (fresh) {
@@ -280,7 +291,7 @@ void Trainer::restore(Recovery& rec) {
     cursor = h5::get_attr_int(f.id(), "/", "samples_consumed");
   }
   if (q >= 0) {
-    model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me));
+    model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me), cfg_.stage_of(me));
     opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o_.opt);
     if (!restore_path_.empty()) {
       ntp::load_checkpoint(restore_path_, *model_, opt_.get());
