@@ -1,9 +1,11 @@
-// Whole training steps under TP x DP against the one-rank run, and checkpoints across layouts.
-// Run under mpiexec -n 8.
+// Whole training steps under TP x PP x DP (with micro-batches) against the one-rank run, and
+// checkpoints across layouts. Run under mpiexec -n 8.
 #include <algorithm>
 #include <filesystem>
 #include <string>
 #include <tuple>
+
+#include <fmt/format.h>
 
 #include "checkpoint.hpp"
 #include "h5.hpp"
@@ -39,11 +41,12 @@ std::unique_ptr<Comm> self_comm() {
   return world->split(world->rank(), 0);
 }
 
-// Runs `steps` steps with every replica at o.micro_batch; returns the losses.
-std::vector<double> train(Trainer& t, int steps) {
+// Runs `steps` steps with every replica at `batch` sequences (default: one micro-batch of the
+// model's largest); returns the losses.
+std::vector<double> train(Trainer& t, int steps, int batch = 0) {
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s)
-    losses.push_back(t.step(std::vector<int>(t.topology().replicas, t.model().max_batch())).loss);
+    losses.push_back(t.step(std::vector<int>(t.topology().replicas, batch > 0 ? batch : t.model().max_batch())).loss);
   return losses;
 }
 
@@ -57,19 +60,29 @@ std::string tmp_path(const std::string& name, std::uint64_t seed) {
   return (std::filesystem::temp_directory_path() / ("ntpbench-test-" + std::to_string(seed) + "-" + name)).string();
 }
 
-// (preset, TP, DP). llama-tiny has 8 query heads in 4 KV groups: TP 3 splits the groups 2+1+1.
-class WholeSteps : public ::testing::TestWithParam<std::tuple<std::string, int, int>> {};
+// A data-parallel layout of the test: TP x PP x DP ranks, each replica's batch in M micro-batches
+// of B sequences, on a model of `layers` layers.
+struct Shape {
+  int tp, pp, dp, micro_batches, layers;
+};
 
-TEST_P(WholeSteps, MatchOneRank) {
-  const auto [name, tp, dp] = GetParam();
-  if (tp * dp > world_size()) GTEST_SKIP() << "needs " << tp * dp << " ranks";
+// Step-1 gradients of every tensor, the losses of 5 steps and every parameter after them, at
+// `shape` against one rank at TP 1 taking the whole global batch in one piece.
+void expect_matches_one_rank(const std::string& name, const Shape& sh) {
   const std::uint64_t seed = shared_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << name << " TP " << tp << " DP " << dp);
-  const int B = 2, steps = 5;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << name << " TP " << sh.tp << " PP " << sh.pp << " DP "
+                                    << sh.dp << " M " << sh.micro_batches << " L " << sh.layers);
+  const int B = 2, steps = 5, global = B * sh.micro_batches * sh.dp;
+  auto options = [&](int tp, int pp, int b, int M) {
+    Options o = tiny_options(seed, tp, b, name);
+    o.model.layers = sh.layers;
+    o.pp = pp, o.micro_batches = M;
+    return o;
+  };
 
   // The reference: one rank, TP 1, DP 1, the whole global batch.
   auto self = self_comm();
-  Trainer ref(tiny_options(seed, 1, B * dp, name), *self, B * dp);
+  Trainer ref(options(1, 1, global, 1), *self, global);
   auto ref_losses = train(ref, 1);
   const std::string ref_first_step = tmp_path("ref-step1-rank" + std::to_string(world_comm()->rank()) + ".h5", seed);
   ref.save_checkpoint(ref_first_step);
@@ -80,22 +93,23 @@ TEST_P(WholeSteps, MatchOneRank) {
     ~Cleanup() { std::filesystem::remove(p); }
   } cleanup{ref_first_step};
 
-  auto group = first_ranks(tp * dp);
+  auto group = first_ranks(sh.tp * sh.pp * sh.dp);
   if (!group) return;
-  Trainer run(tiny_options(seed, tp, B, name), *group, B);
-  const std::string path = tmp_path("steps-tp" + std::to_string(tp) + "-dp" + std::to_string(dp) + ".h5", seed);
+  Trainer run(options(sh.tp, sh.pp, B, sh.micro_batches), *group, B);
+  const int per_replica = B * sh.micro_batches;
+  const std::string path = tmp_path(fmt::format("steps-tp{}-pp{}-dp{}.h5", sh.tp, sh.pp, sh.dp), seed);
   const ModelConfig& m = ref.model().layout().model();
 
   // Step 1's gradient, every tensor, before AdamW can amplify rounding: AdamW's first moment
   // after one step is 0.1 x the clipped gradient. Gathered to full tensors through a checkpoint.
-  auto losses = train(run, 1);
+  auto losses = train(run, 1, per_replica);
   run.save_checkpoint(path);
   const ParamDiff grad_diff = compare_params(m, read_checkpoint_params(path, m, "optimizer/m/"),
                                              read_checkpoint_params(ref_first_step, m, "optimizer/m/"), 1e-6);
   EXPECT_TRUE(grad_diff.within(kTol, kTol)) << "step-1 gradients: " << grad_diff.describe();
 
   // Losses of every step, and every parameter after the last.
-  const auto rest = train(run, steps - 1);
+  const auto rest = train(run, steps - 1, per_replica);
   losses.insert(losses.end(), rest.begin(), rest.end());
   for (int s = 0; s < steps; ++s)
     EXPECT_NEAR(losses[s], ref_losses[s], kTol * std::fabs(ref_losses[s])) << "step " << s + 1;
@@ -104,12 +118,21 @@ TEST_P(WholeSteps, MatchOneRank) {
                                         key_bias_bound(1e-3, steps));
   EXPECT_TRUE(diff.within(kTol)) << "parameters after " << steps << " steps: " << diff.describe();
   if (group->rank() == 0)
-    std::printf("[ measured ] %s TP %d DP %d: step-1 gradients %s\n[ measured ] %s TP %d DP %d: parameters after %d "
-                "steps %s\n",
-                name.c_str(), tp, dp, grad_diff.describe().c_str(), name.c_str(), tp, dp, steps,
-                diff.describe().c_str());
+    std::printf("[ measured ] %s TP %d PP %d DP %d M %d: step-1 gradients %s\n[ measured ] %s TP %d PP %d DP %d M %d: "
+                "parameters after %d steps %s\n",
+                name.c_str(), sh.tp, sh.pp, sh.dp, sh.micro_batches, grad_diff.describe().c_str(), name.c_str(), sh.tp,
+                sh.pp, sh.dp, sh.micro_batches, steps, diff.describe().c_str());
   group->barrier();
   if (group->rank() == 0) std::filesystem::remove(path);
+}
+
+// (preset, TP, DP). llama-tiny has 8 query heads in 4 KV groups: TP 3 splits the groups 2+1+1.
+class WholeSteps : public ::testing::TestWithParam<std::tuple<std::string, int, int>> {};
+
+TEST_P(WholeSteps, MatchOneRank) {
+  const auto [name, tp, dp] = GetParam();
+  if (tp * dp > world_size()) GTEST_SKIP() << "needs " << tp * dp << " ranks";
+  expect_matches_one_rank(name, {tp, 1, dp, 1, preset(name).layers});
 }
 
 // "llama_tiny_tp2<sep>1" for (llama-tiny, 2, 1).
@@ -125,6 +148,76 @@ INSTANTIATE_TEST_SUITE_P(TpDp, WholeSteps,
                          [](const auto& info) {
                            return case_name(info.param, "_dp");
                          });
+
+// (preset, TP, PP, DP) within 8 ranks, on 4 layers (so 4 stages have one each), 3 micro-batches
+// per replica (more than some stages' warm-up, fewer than the 4-stage pipeline's depth).
+class PipelineSteps : public ::testing::TestWithParam<std::tuple<std::string, int, int, int>> {};
+
+std::string pipeline_case_name(const std::tuple<std::string, int, int, int>& p) {
+  std::string n = std::get<0>(p);
+  std::replace(n.begin(), n.end(), '-', '_');
+  return fmt::format("{}_tp{}_pp{}_dp{}", n, std::get<1>(p), std::get<2>(p), std::get<3>(p));
+}
+
+TEST_P(PipelineSteps, MatchOneRank) {
+  const auto [name, tp, pp, dp] = GetParam();
+  if (tp * pp * dp > world_size()) GTEST_SKIP() << "needs " << tp * pp * dp << " ranks";
+  expect_matches_one_rank(name, {tp, pp, dp, 3, 4});
+}
+
+INSTANTIATE_TEST_SUITE_P(TpPpDp, PipelineSteps,
+                         ::testing::Combine(::testing::Values("tiny", "llama-tiny"), ::testing::Values(1, 2),
+                                            ::testing::Values(2, 4), ::testing::Values(1, 2)),
+                         [](const auto& info) { return pipeline_case_name(info.param); });
+
+// One stage of two replicas at TP 2 and 1 (ntp's layouts for one lost rank): micro-batches and the
+// NTP sync per stage, against one rank. The degraded replica takes floor(3 x 1 / 2) = 1 micro-batch.
+TEST(PipelineRecovery, NonuniformTpAcrossReplicas) {
+  if (world_size() < 8) GTEST_SKIP() << "needs 8 ranks";
+  // Rank 3 (replica 0, stage 1, TP index 1) dead: replica 0 trains both stages at TP 1.
+  for (const std::string name : {"tiny", "llama-tiny"}) {
+    const std::uint64_t seed = shared_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << name);
+    Options o = tiny_options(seed, 2, 2, name);
+    o.model.layers = 4, o.pp = 2, o.micro_batches = 3;
+    auto world = world_comm();
+    Trainer run(o, *world, 2);
+    std::vector<char> alive(8, 1);
+    alive[3] = 0;
+    run.reconfigure(alive);
+    const Configuration& cfg = run.configuration();
+    ASSERT_EQ(cfg.degrees(), (std::vector<int>{1, 2}));
+    EXPECT_EQ(cfg.replicas[0].micro_batches, 1);
+    EXPECT_EQ(cfg.replicas[0].ranks, (std::vector<int>{0, 2}));  // rank 1 sits out
+    const std::vector<int> batch = cfg.batches();  // {2, 6}
+    ASSERT_EQ(batch, (std::vector<int>{2, 6}));
+
+    auto self = self_comm();
+    Options r = tiny_options(seed, 1, 8, name);
+    r.model.layers = 4;
+    Trainer ref(r, *self, 8);
+    const auto ref_losses = train(ref, 3);
+    for (int s = 0; s < 3; ++s) {
+      const StepResult r = run.step(batch);
+      EXPECT_EQ(r.trained, world->rank() != 1 && world->rank() != 3);
+      if (r.trained) EXPECT_NEAR(r.loss, ref_losses[s], kTol * ref_losses[s]) << "step " << s + 1;
+    }
+    const std::string path = tmp_path("nonuniform-pp.h5", seed);
+    run.save_checkpoint(path);
+    world->barrier();  // the dead rank takes no part in the save
+    const ModelConfig& m = ref.model().layout().model();
+    const ParamDiff diff =
+        compare_params(m, read_checkpoint_params(path, m), canonical_params(ref.model()), key_bias_bound(1e-3, 3));
+    EXPECT_TRUE(diff.within(kTol)) << diff.describe();
+    world->barrier();  // every rank has read the file
+    if (world->rank() == 0) {
+      std::printf("[ measured ] %s TP [1, 2] x PP 2: parameters after 3 steps %s\n", name.c_str(),
+                  diff.describe().c_str());
+      std::filesystem::remove(path);
+    }
+    world->barrier();
+  }
+}
 
 // (preset, TP saved at, TP resumed at): save after 3 steps, resume for 3 more: the same as 6 steps
 // on one rank.
