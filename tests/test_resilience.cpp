@@ -160,6 +160,41 @@ TEST(Configuration, EachPolicySetsDegreesAndBatches) {
   EXPECT_EQ(plan_configuration(Policy::Ntp, topo, m, 2, 1.3, alive).degrees(), (std::vector<int>{4, 0}));
 }
 
+// With pipeline stages (rank = (replica * stages + stage) * tp + slot): a lost rank puts every
+// stage of its replica at the least-staffed stage's degree; the first live ranks of the other
+// stages train and the rest sit out; ntp cuts the micro-batches in proportion.
+TEST(Configuration, StagesOfADamagedReplicaShareItsDegree) {
+  ModelConfig m = preset("tiny");
+  m.layers = 4;
+  const Topology topo(16, 13, 4, 2);  // 2 replicas x 2 stages x TP 4
+  EXPECT_EQ(topo.replicas, 2);
+  EXPECT_EQ(topo.replica, 1);
+  EXPECT_EQ(topo.stage, 1);
+  EXPECT_EQ(topo.slot, 1);
+  std::vector<char> alive(16, 1);
+  alive[5] = 0;  // replica 0, stage 1, TP index 1
+  const auto ntp = plan_configuration(Policy::Ntp, topo, m, 8, 1.3, alive, 4);  // 4 micro-batches of 2
+  EXPECT_EQ(ntp.degrees(), (std::vector<int>{3, 4}));
+  EXPECT_EQ(ntp.replicas[0].ranks, (std::vector<int>{0, 1, 2, 4, 6, 7}));  // rank 3 sits out
+  EXPECT_EQ(ntp.replicas[0].stage_ranks(1), (std::vector<int>{4, 6, 7}));
+  EXPECT_EQ(ntp.replicas[0].micro_batches, 3);  // max(1, floor(4 * 3 / 4))
+  EXPECT_EQ(ntp.batches(), (std::vector<int>{6, 8}));
+  EXPECT_EQ(ntp.replica_of(3), -1);
+  EXPECT_EQ(ntp.stage_of(6), 1);
+  EXPECT_EQ(ntp.tp_index_of(6), 1);
+  EXPECT_EQ(ntp.stage_of(13), 1);
+  EXPECT_EQ(ntp.tp_index_of(13), 1);
+  EXPECT_EQ(ntp.n2, 3);
+  const auto pw = plan_configuration(Policy::NtpPw, topo, m, 8, 1.3, alive, 4);
+  EXPECT_EQ(pw.replicas[0].micro_batches, 4);
+  EXPECT_EQ(pw.batches(), (std::vector<int>{8, 8}));
+  EXPECT_EQ(plan_configuration(Policy::DpDrop, topo, m, 8, 1.3, alive, 4).degrees(), (std::vector<int>{0, 4}));
+  // Without micro-batches ntp cuts the batch itself, as with one stage.
+  EXPECT_EQ(plan_configuration(Policy::Ntp, topo, m, 8, 1.3, alive).batches(), (std::vector<int>{6, 8}));
+  EXPECT_THROW(plan_configuration(Policy::Ntp, topo, m, 8, 1.3, alive, 3), std::invalid_argument);
+  EXPECT_THROW(Topology(12, 0, 4, 2), std::invalid_argument);
+}
+
 
 // A deterministic gradient value for replica q, tensor t, canonical element e.
 float grad_value(int q, int t, long e) {
