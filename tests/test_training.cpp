@@ -268,6 +268,53 @@ INSTANTIATE_TEST_SUITE_P(Checkpoint, Resume,
                            return case_name(info.param, "_to_tp");
                          });
 
+// A Llama checkpoint written by a pipeline loads at another TP x PP layout: saved at TP 2 x PP 2
+// after 3 steps, resumed at TP 1 x PP 4 and at TP 1 x PP 1 for 3 more, the same as 6 steps on one
+// rank (4 layers, 2 micro-batches).
+TEST(Checkpoint, LlamaAcrossPipelineLayouts) {
+  if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const int B = 2, M = 2, k = 3;
+  auto options = [&](int tp, int pp, int b, int micro) {
+    Options o = tiny_options(seed, tp, b, "llama-tiny");
+    o.model.layers = 4, o.pp = pp, o.micro_batches = micro;
+    return o;
+  };
+  auto self = self_comm();
+  Trainer ref(options(1, 1, B * M, 1), *self, B * M);
+  const auto ref_losses = train(ref, 2 * k);
+  const std::string mid = tmp_path("pipeline-mid.h5", seed), end = tmp_path("pipeline-end.h5", seed);
+  if (auto ga = first_ranks(4)) {
+    Trainer a(options(2, 2, B, M), *ga, B);
+    train(a, k, B * M);
+    a.save_checkpoint(mid);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (const int pp : {4, 1}) {
+    if (auto gb = first_ranks(pp)) {
+      Trainer b(options(1, pp, B, M), *gb, B);
+      b.load_checkpoint(mid, false);
+      EXPECT_EQ(b.steps_taken(), k);
+      const auto losses = train(b, k, B * M);
+      if (b.configuration().stage_of(gb->rank()) == pp - 1)  // the loss is the last stage's
+        for (int s = 0; s < k; ++s)
+          EXPECT_NEAR(losses[s], ref_losses[k + s], kTol * ref_losses[k + s]) << "PP " << pp << " step " << k + s + 1;
+      b.save_checkpoint(end);
+      gb->barrier();
+      const ModelConfig& m = ref.model().layout().model();
+      const ParamDiff diff =
+          compare_params(m, read_checkpoint_params(end, m), canonical_params(ref.model()), key_bias_bound(1e-3, 2 * k));
+      EXPECT_TRUE(diff.within(kTol)) << "PP " << pp << ": " << diff.describe();
+      if (gb->rank() == 0)
+        std::printf("[ measured ] llama-tiny TP 2 x PP 2 -> TP 1 x PP %d: parameters after %d steps %s\n", pp, 2 * k,
+                    diff.describe().c_str());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (world_comm()->rank() == 0) std::filesystem::remove(mid), std::filesystem::remove(end);
+}
+
 // A GPT-2 checkpoint is refused by a Llama run, naming both families.
 TEST(Checkpoint, RefusesTheOtherFamily) {
   const std::uint64_t seed = shared_seed();
