@@ -196,6 +196,7 @@ bench: build
 	$(MPIRUN) -np 4 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_comm $(call BENCH_JSON,$(BENCH_OUT)/comm.json)
 	$(MPIRUN) -np 4 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_layer $(call BENCH_JSON,$(BENCH_OUT)/layer.json)
 	$(MPIRUN) -np 8 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_resilience $(call BENCH_JSON,$(BENCH_OUT)/resilience.json)
+	$(MPIRUN) -np 8 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_pipeline $(call BENCH_JSON,$(BENCH_OUT)/pipeline.json)
 	python3 bench/report.py $(BENCH_OUT)
 
 bench-bestblas: build

@@ -166,6 +166,25 @@ def report_resilience(doc, title):
     return sum(int(r.get("wrong", 0)) for r in doc.get("benchmarks", []))
 
 
+def report_pipeline(doc, title):
+    bubble, layout = [], []
+    for r in doc.get("benchmarks", []):
+        parts = clean_name(r).split("/")
+        if r.get("error_occurred"):
+            continue
+        if parts[0] == "pipeline_bubble":
+            bubble.append([parts[1], parts[2], fmt(seconds(r) * 1e3, 0), fmt(100 * r["bubble"], 1) + "%",
+                           fmt(100 * r["ideal"], 1) + "%", fmt(r["bubble/ideal"], 2)])
+        else:
+            layout.append([parts[1], fmt(seconds(r) * 1e3, 0), fmt(r["tokens_per_s"], 0),
+                           fmt(100 * r["bubble"], 1) + "%"])
+    table(f"{title}: 1F1B bubble under paced timing, TP 1 x PP P x DP 8/P (medians; {context(doc)})",
+          ["stages", "micro-batches", "step ms", "measured bubble", "(P-1)/(M+P-1)", "measured/ideal"], bubble)
+    table(f"{title}: throughput by layout at 8 ranks, 8 sequences per step (paced; {context(doc)})",
+          ["layout", "step ms", "tokens/s", "bubble"], layout)
+    return 0
+
+
 def main(argv):
     paths = []
     for a in argv[1:] or ["results/bench"]:
@@ -182,6 +201,8 @@ def main(argv):
             report_layer(doc, title)
         elif any(n.startswith("step_vs_sgemm/") for n in names):
             report_step(doc, title)
+        elif any(n.startswith(("pipeline_bubble/", "pipeline_layout/")) for n in names):
+            report_pipeline(doc, title)
         elif any(n.startswith(("ntp_sync/", "heal/")) for n in names):
             wrong += report_resilience(doc, title)
         elif names:
