@@ -19,7 +19,7 @@ from .runfile import SchemaError, load_run
 COLUMNS = [
     ("file", "file", "{}"),
     ("policy", "policy", "{}"),
-    ("layout", "TPxDP", "{}"),
+    ("layout", "TPxPPxDP", "{}"),
     ("steps", "steps", "{:d}"),
     ("failures", "fail", "{:d}"),
     ("throughput_tokens_per_s", "thru tok/s", "{:.1f}"),
@@ -56,8 +56,9 @@ def failure_events(run) -> list[dict]:
             h = hosts[r] if r < len(hosts) else "?"
             on.setdefault(h, []).append(r)
         whole_nodes = [h for h, rs in on.items() if h != "?" and len(rs) == hosts.count(h)]
-        tp = max(run.tp, 1)
-        whole_replicas = sorted({r // tp for r in ranks if all(q in ranks for q in range(r // tp * tp, r // tp * tp + tp))})
+        size = max(run.tp, 1) * max(run.pp, 1)  # ranks per replica: its stages' TP groups
+        whole_replicas = sorted({r // size for r in ranks
+                                 if all(q in ranks for q in range(r // size * size, r // size * size + size))})
         out.append({"step": int(step), "ranks": ranks, "gpus_lost": len(ranks),
                     "hosts": {h: len(rs) for h, rs in on.items()}, "whole_nodes": whole_nodes,
                     "whole_replicas": whole_replicas})
@@ -98,8 +99,8 @@ def run_row(path: str) -> tuple[dict, list[str]]:
         status = f"SUMMARY MISMATCH ({len(problems)})"
     else:
         status = "ok"
-    row = {"file": path, "policy": run.policy, "layout": f"{run.tp}x{run.dp}",
-           "tp": run.tp, "dp": run.dp, "ranks": run.ranks, "timing": run.attrs.get("timing", "?"),
+    row = {"file": path, "policy": run.policy, "layout": f"{run.tp}x{run.pp}x{run.dp}",
+           "tp": run.tp, "pp": run.pp, "dp": run.dp, "ranks": run.ranks, "timing": run.attrs.get("timing", "?"),
            "complete": run.complete}
     row.update(rec)
     row["failure_events"] = failure_events(run)

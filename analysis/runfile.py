@@ -102,6 +102,11 @@ class Run:
         return int(self.attrs.get("tp", 0))
 
     @property
+    def pp(self) -> int:
+        """Pipeline stages (runs recorded before pipeline parallelism have none: 1)."""
+        return int(self.attrs.get("pp", 1))
+
+    @property
     def dp(self) -> int:
         return int(self.attrs.get("replicas", 0))
 

@@ -50,7 +50,7 @@ def test_real_run_schema_v1(real_run):
         assert [n for n in STEP_FIELDS if n not in names] == [], "missing /steps fields"
         for d in REPLICA_DATASETS:
             assert f[f"replicas/{d}"].shape == (STEPS, 2), d
-        assert f["ranks/phase_times"].shape == (STEPS, 4, 9)
+        assert f["ranks/phase_times"].shape == (STEPS, 4, 10)
         if "events" in f:
             assert [n for n in EVENT_FIELDS if n not in f["events"].dtype.names] == []
         assert [k for k in SUMMARY_KEYS if k not in f["summary"].attrs] == [], "missing /summary attributes"
@@ -70,7 +70,7 @@ def test_real_run_metrics_agree(real_run):
 def test_real_run_report_and_plot(real_run, tmp_path, capsys):
     assert cli(["report", real_run, "--csv", str(tmp_path / "r.csv")]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "2x2" in out and " ok" in out
+    assert "2x1x2" in out and " ok" in out
     assert cli(["plot", real_run, "--out", str(tmp_path / "plots")]) == 0
     paths = capsys.readouterr().out.split()
     assert len(paths) == 5

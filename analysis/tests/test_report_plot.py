@@ -14,8 +14,8 @@ def test_report_table_csv_json(runs, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert rc == 0, err
     lines = out.splitlines()
-    assert "policy" in lines[0] and "TPxDP" in lines[0] and "ETTR" in lines[0] and "heal bytes" in lines[0]
-    for name in ("dp-drop", "ntp-pw", "restart", "4x2"):
+    assert "policy" in lines[0] and "TPxPPxDP" in lines[0] and "ETTR" in lines[0] and "heal bytes" in lines[0]
+    for name in ("dp-drop", "ntp-pw", "restart", "4x1x2"):
         assert name in out
     assert "INCOMPLETE" in out and "no /summary" in out      # the cut-short file says so
     df = pd.read_csv(csv)
@@ -79,7 +79,7 @@ def test_failure_events_count_lost_gpus_nodes_and_replicas():
     hosts = ["n1"] * 4 + ["n2"] * 4 + ["n3"] * 4
     ev = pd.DataFrame({"step": [3, 8, 8, 8, 8, 8, 9], "kind": ["kill"] + ["kill"] * 5 + ["revive"],
                        "rank": [1, 4, 5, 6, 7, 9, 1]})
-    run = SimpleNamespace(events=ev, attrs={"hosts": json.dumps(hosts)}, tp=4)
+    run = SimpleNamespace(events=ev, attrs={"hosts": json.dumps(hosts)}, tp=4, pp=1)
     got = failure_events(run)
     assert [(e["step"], e["gpus_lost"], e["hosts"], e["whole_nodes"], e["whole_replicas"]) for e in got] == [
         (3, 1, {"n1": 1}, [], []),

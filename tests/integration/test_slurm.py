@@ -191,7 +191,7 @@ def test_sweep_array_and_dependent_report(slurm, tmp_path):
     # The report started only after every task had ended (--dependency=afterany).
     ends = [t["EndTime"] for t in job_info(arr, env)]
     assert len(ends) == 2 and job_info(rep, env)[0]["StartTime"] >= max(ends)
-    assert "policy" in report and "TPxDP" in report, report
+    assert "policy" in report and "TPxPPxDP" in report, report
     rows = [l for l in report.splitlines() if "task-" in l and l.rstrip().endswith("ok")]
     assert len(rows) == 2, report
     assert (d / "report.csv").exists()
