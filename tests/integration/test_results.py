@@ -59,7 +59,7 @@ def test_schema(tmp_path):
         assert f["replicas/batch"].shape == (n, 2) and f["replicas/batch"].dtype == np.int32
         assert f["replicas/state"].shape == (n, 2) and f["replicas/state"].dtype == np.int8
         p = f["ranks/phase_times"]
-        assert p.shape == (n, 4, 9) and p.dtype == np.float64
+        assert p.shape == (n, 4, 10) and p.dtype == np.float64
         assert p.attrs["phases"].split(",")[:3] == ["forward", "backward", "tp_comm"]
         sm = f["summary"].attrs
         for k in SUMMARY:
