@@ -122,7 +122,8 @@ void TrainingRun::take_over_recorder(const std::vector<int>& lost) {
   if (!rec_->rows().empty()) last_step_seconds_ = rec_->rows().back().t_end - rec_->rows().back().t_start;
   fmt::print("logical rank {} takes over the results file from rank(s) {} ({} rows so far)\n", me_, lost,
              rec_->rows().size());
-  rec_->event(make_event(now(), static_cast<std::int64_t>(rec_->rows().size()) + 1, "recorder", me_, me_ / o_.tp, 0, 0,
+  rec_->event(make_event(now(), static_cast<std::int64_t>(rec_->rows().size()) + 1, "recorder", me_,
+                         me_ / trainer_->topology().ranks_per_replica(), 0, 0,
                          fmt::format("rank {} reopened the file", me_)));
 }
 

@@ -39,8 +39,9 @@ using SourceOwners = std::vector<std::vector<int>>;
 SourceOwners owners_in_replica(const ModelConfig& m, const TpLayout& layout, const std::vector<int>& replica_ranks,
                                int stages = 1);
 
-// Collective over `comm`: gathers the shards to `writer` with the reshard primitive; the writer writes `path` atomically (temporary file, then rename). Ranks
-// outside the source replica send nothing; they may pass null model and optimizer.
+// Collective over `comm`: gathers every tensor to `writer` from its owners with the reshard
+// primitive; the writer writes `path` atomically (temporary file, then rename). Ranks that own
+// nothing send nothing; they may pass null model and optimizer.
 void save_checkpoint(const std::string& path, Comm& comm, int writer, const SourceOwners& owners,
                      const ModelConfig& m, Model* model, AdamW* opt, const CheckpointMeta& meta);
 

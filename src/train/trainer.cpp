@@ -29,7 +29,7 @@ Configuration plan_for(const Options& o, const Topology& topo, const std::vector
 
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
     : o_(o), group_(&world), me_(world.rank()), n_(world.size()), topo_(n_, me_, o.tp, o.pp),
-      policy_(parse_policy(o.policy)), max_batch_(max_batch), pacer_(o.pacing) {
+      max_batch_(max_batch), pacer_(o.pacing) {
   // While a paced rank sleeps (its emulated device computing), the sync's exchanges progress.
   pacer_.set_background([this] {
     if (sync_) sync_->progress();
@@ -54,7 +54,7 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
 
 Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& join)
     : o_(o), group_(&group), me_(join.logical_rank), n_(static_cast<int>(join.alive.size())),
-      topo_(n_, me_, o.tp, o.pp), policy_(parse_policy(o.policy)), max_batch_(max_batch), pacer_(o.pacing) {
+      topo_(n_, me_, o.tp, o.pp), max_batch_(max_batch), pacer_(o.pacing) {
   pacer_.set_background([this] {
     if (sync_) sync_->progress();
   });

@@ -152,7 +152,6 @@ class Trainer {
   Comm* group_;
   int me_, n_;  // logical rank and job size
   Topology topo_;
-  Policy policy_;
   int max_batch_;
   Pacer pacer_;
   PhaseClock clock_;
