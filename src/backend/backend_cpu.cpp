@@ -35,8 +35,14 @@ class CpuBackend final : public Backend {
     return static_cast<float*>(p);
   }
   void release(float* p) override { std::free(p); }
-  void zero(float* p, std::size_t n) override { std::memset(p, 0, n * sizeof(float)); }
-  void copy(float* dst, const float* src, std::size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
+  // Zero-length moves are legal with null pointers (a tensor another pipeline stage holds has no
+  // elements here); memset and memcpy are not.
+  void zero(float* p, std::size_t n) override {
+    if (n > 0) std::memset(p, 0, n * sizeof(float));
+  }
+  void copy(float* dst, const float* src, std::size_t n) override {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(float));
+  }
   bool is_device_memory(const void*) const override { return false; }
   void to_host(float* host, const float* src, std::size_t n) override { copy(host, src, n); }
   void from_host(float* dst, const float* host, std::size_t n) override { copy(dst, host, n); }
