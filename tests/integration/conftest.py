@@ -71,6 +71,17 @@ def events(path):
     return [(int(r["step"]), r["kind"].decode(), int(r["rank"])) for r in e]
 
 
+def damaged_throughput_ratio(path):
+    """For a 10-step run with a rank dead from step 4 until its revival at step 9: tokens per (wall or
+    emulated) second over steps 4-8 against steps 2-3 and 9-10 (step 1 warms up), medians; and the
+    number of paced overruns."""
+    s = steps(path)
+    tput = s["tokens"] / (s["t_end"] - s["t_start"])
+    healthy = np.median(np.r_[tput[1:3], tput[8:10]])
+    damaged = np.median(tput[3:8])
+    return damaged / healthy, int(s["paced_overrun"].sum())
+
+
 def schedule(tmp_path, text, name="schedule.yaml"):
     p = tmp_path / name
     p.write_text(text)

@@ -6,10 +6,9 @@ The model divides evenly at TP 3 and TP 4 (12 heads, 384 MLP columns, 240 vocabu
 damaged rank's share is exactly 4/3 of a healthy one's; the emulated device is slow enough that
 paced compute dominates the real (oversubscribed) communication.
 """
-import numpy as np
 import pytest
 
-from conftest import ntpbench, schedule, steps
+from conftest import damaged_throughput_ratio, ntpbench, schedule
 
 MODEL = ["--preset", "tiny", "--heads", 12, "--hidden", 96, "--vocab", 240, "--micro-batch", 4, "--tp", 4]
 PACED = ["--timing", "paced", "--device-gflops", 0.05, "--boost", 1.3]
@@ -22,11 +21,7 @@ def test_damaged_throughput_ratio(tmp_path, policy):
     text = "events:\n  - {step: 4, kill: [3]}\n  - {step: 9, revive: [3]}\n"
     ntpbench(8, *MODEL, *PACED, "--steps", 10, "--policy", policy, "--schedule", schedule(tmp_path, text),
              "--out", out, "--no-final-checkpoint", "--quiet")
-    s = steps(out)
-    tput = s["tokens"] / (s["t_end"] - s["t_start"])
-    healthy = np.median(np.r_[tput[1:3], tput[8:10]])  # steps 2-3 and 9-10 (step 1 warms up)
-    damaged = np.median(tput[3:8])                    # steps 4-8
-    ratio = damaged / healthy
+    ratio, overruns = damaged_throughput_ratio(out)
     print(f"{policy}: damaged/healthy tokens per emulated second {ratio:.4f} (expected {EXPECTED[policy]:.4f}), "
-          f"overruns {int(s['paced_overrun'].sum())}")
+          f"overruns {overruns}")
     assert ratio == pytest.approx(EXPECTED[policy], rel=0.05)

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ULFM, events, ntpbench, replay, replicas, schedule, steps
+from conftest import ULFM, damaged_throughput_ratio, events, ntpbench, replay, replicas, schedule, steps
 
 MODE = "signal" if ULFM else "fence"
 PIPE = ["--tp", 2, "--pp", 2, "--micro-batch", 1, "--micro-batches", 4, "--quiet", "--kill-mode", MODE]
@@ -101,11 +101,7 @@ def test_damaged_pipeline_throughput_ratio(tmp_path, policy):
     text = "events:\n  - {step: 4, kill: [2]}\n  - {step: 9, revive: [2]}\n"
     ntpbench(8, *PIPE_MODEL, *PIPE_PACED, "--kill-mode", "fence", "--steps", 10, "--policy", policy, "--schedule",
              schedule(tmp_path, text), "--out", out, "--no-final-checkpoint", "--quiet")
-    s = steps(out)
-    tput = s["tokens"] / (s["t_end"] - s["t_start"])
-    healthy = np.median(np.r_[tput[1:3], tput[8:10]])  # steps 2-3 and 9-10 (step 1 warms up)
-    damaged = np.median(tput[3:8])                    # steps 4-8
-    ratio = damaged / healthy
+    ratio, overruns = damaged_throughput_ratio(out)
     print(f"{policy}: damaged/healthy tokens per emulated second {ratio:.4f} (1F1B predicts "
-          f"{PIPE_EXPECTED[policy]:.4f}), overruns {int(s['paced_overrun'].sum())}")
+          f"{PIPE_EXPECTED[policy]:.4f}), overruns {overruns}")
     assert ratio == pytest.approx(PIPE_EXPECTED[policy], rel=0.05)
