@@ -66,7 +66,6 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
     const int layer = layout.specs()[t].layer;
     auto& bk = buckets_[layer >= 0 ? L - 1 - layer : L];
     const std::size_t len = (t + 1 < layout.tensor_count() ? chunk_offset_[t + 1] : off) - chunk_offset_[t];
-    // (tensors not held take no space, so a held neighbour two indices away still merges here)
     if (!bk.tensors.empty() && bk.tensors.back() == t - 1)
       bk.ranges.back().second += len;
     else
