@@ -72,6 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--boost", type=float, default=1.3, help="ntp-pw power boost (compute speed-up), at most 1.3")
     g.add_argument("--min-tp-fraction", type=float, default=0.5,
                    help="a domain with fewer than this fraction of its GPUs alive is dropped")
+    g = s.add_argument_group("pipelines (1F1B over the domains of a replica; replicas in lock-step)")
+    g.add_argument("--micro-batches", type=int, default=sim.DEFAULT_MICRO_BATCHES, metavar="M",
+                   help="micro-batches per replica per step (the paper's 16M-token batch of 16K sequences over "
+                        "125 replicas: 8); 0 = the limit of many micro-batches (the additive model)")
+    g.add_argument("--mb-cut", choices=sim.MB_CUTS, default="proportional",
+                   help="micro-batches of a damaged replica: proportional = max(1, floor(M t'/t)) under ntp, full M "
+                        "under ntp-pw (the paper, ntpbench); keep-pace = as many as fit in a healthy step, "
+                        "floor((M+P-1) v - (P-1)) at speed v, so no replica slows the job")
+    g.add_argument("--check-pp", nargs="+", metavar="RUN.h5",
+                   help="only compare paced ntpbench runs' damaged/healthy throughput with this model's "
+                        "prediction for their layout, and exit")
     g = s.add_argument_group("failure model (defaults: Llama 3 405B, unexpected interruptions)")
     g.add_argument("--interruptions", type=float, default=419, help="interruptions in the reference period")
     g.add_argument("--ref-days", type=float, default=54, help="length of the reference period (days)")
@@ -94,8 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--calibrate", nargs="+", metavar="RUN.h5",
                    help="derive healthy step time, tokens/s per rank and recovery/heal costs from runs")
     g = s.add_argument_group("experiments")
-    g.add_argument("--what", nargs="+", choices=("fig6", "fig7", "trace"), default=["fig6", "fig7", "trace"],
-                   help="which outputs to produce")
+    g.add_argument("--what", nargs="+", choices=("fig6", "fig7", "trace", "pipelines"), default=["fig6", "fig7", "trace"],
+                   help="which outputs to produce (pipelines: ntp and ntp-pw by --pp-micro-batches and cut)")
+    g.add_argument("--pp-micro-batches", type=int, nargs="+", default=[8, 16, 32, 64, 128, 0], metavar="M",
+                   help="pipelines: micro-batch counts to compare (0: the additive limit)")
     g.add_argument("--max-failed-fraction", type=float, default=4e-3, help="Fig. 6: top of the failed-fraction sweep")
     g.add_argument("--points", type=int, default=8, help="Fig. 6: points in the sweep")
     g.add_argument("--trials", type=int, default=100, help="Fig. 6: random placements per point")
@@ -106,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--time-trials", type=int, default=4, help="Fig. 7 / trace: independent failure histories")
     g.add_argument("--seed", type=int, default=1, help="random seed")
     g = s.add_argument_group("output")
-    g.add_argument("--csv", metavar="DIR", help="write fig6.csv, fig7.csv, trace.csv into DIR")
+    g.add_argument("--csv", metavar="DIR", help="write fig6.csv, fig7.csv, trace.csv (pipelines.csv) into DIR")
     g.add_argument("--out", metavar="DIR", help="write fig6_throughput_loss.png, fig7_spares.png, trace.png into DIR")
     return p
 

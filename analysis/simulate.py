@@ -9,23 +9,45 @@ replica at full speed); "availability" below is that fraction, "loss" is 1 - ava
 
 Domain speed. A domain with k failed GPUs has L = d - k live ones. With `--min-tp-fraction` m a
 domain with L < ceil(m d) (default: fewer than half its GPUs) is dropped (speed 0) under every
-policy. Otherwise, per policy:
-  dp-drop  speed 1 if k == 0 else 0 (uniform TP: a damaged TP group cannot train)
-  ntp      L/d — the domain runs at TP L; its replica's local batch is cut so that it keeps pace,
-           so it contributes in proportion to its live GPUs ("NTP loses only the failed GPUs'
-           share"). Head-granularity imbalance is ignored: MLP columns can absorb it.
+policy. Otherwise, per policy, its speed v (micro-batches per unit time, healthy = 1) is:
+  dp-drop  1 if k == 0 else 0 (uniform TP: a damaged TP group cannot train)
+  ntp      L/d — the domain runs at TP L, each GPU doing d/L of its share. Head-granularity
+           imbalance is ignored: MLP columns can absorb it.
   ntp-pw   min(1, L b / d) with the power boost b = `--boost` (<= 1.3): the surviving GPUs run up
            to b times faster, so a domain keeps full speed while d/L <= b (TP32 tolerates 7 failed
            GPUs). The perf/W cost of boosting (2.8% at 1.1x, 6.5% at 1.2x) costs energy, not
            throughput, and is not modelled.
-Replica speed. Replicas train in lock-step, so a replica runs at the speed of its slowest domain:
-min over its R domains. Capacity = sum of replica speeds (in replicas).
+A replica's R domains are its P = R pipeline stages, and every stage of a damaged replica runs at
+its least-staffed stage's degree (as in ntpbench), so a replica's speed v is its slowest domain's.
+Pipelines. A replica runs non-interleaved 1F1B over its P stages with M = `--micro-batches`
+micro-batches per step: a step takes (M + P - 1) micro-batch times (the pipeline's fill and drain do
+not shrink with M). A replica of speed v running M' micro-batches takes (M' + P - 1) / v. Replicas
+train in lock-step (the DP gradient all-reduce closes every step), so the job's step takes the
+longest replica's time, and
+    throughput = (sum of M' over replicas / (N M)) x (M + P - 1) / max over replicas of (M' + P - 1) / v.
+M' (`--mb-cut`):
+  proportional  (the paper's and ntpbench's rule; default) ntp: M' = max(1, floor(M v)); ntp-pw and
+           dp-drop keep M. With P > 1 the cut replica's step, (M' + P - 1) / v, still exceeds the
+           healthy M + P - 1 whenever floor(M v) is close to M v, and it gates the whole job; a coarse
+           floor (small M) over-cuts instead, so the loss is not monotone in M. Likewise ntp-pw gates
+           the job wherever the boost falls short (v < 1).
+  keep-pace  M' = min(M, floor((M + P - 1) v - (P - 1))): as many as fit in a healthy step, for every
+           policy (ntp-pw is cut too where its boost falls short), so no replica gates the job; a
+           replica that cannot fit one micro-batch sits the step out.
+`--micro-batches 0` is the limit M -> infinity: the bubble vanishes and (keep-pace, or ntp and
+dp-drop under proportional) throughput = sum of replica speeds / N, the additive model this simulator
+used before it modelled pipelines; with P = 1 and large M, proportional agrees with it too. The
+default M = 8 is the paper's job: 16M tokens per step in sequences of 16K is 1,024 sequences, 8.2 per
+replica over the default 125 replicas, one sequence per micro-batch (bubble 7/15 at P = 8).
 Placement (`--placement`):
   packed   (default; the paper: "failed domains are packed into the lowest ranks so as few replicas
            as possible are damaged") — at each reconfiguration domains are regrouped into replicas:
-           sorted by speed and chunked R at a time, which maximises the sum of replica minima.
-           Under dp-drop this means only floor(healthy domains / R) replicas survive, i.e. any
-           failed GPU removes its replica, but the healthy domains of damaged replicas regroup.
+           sorted by speed and chunked R at a time, which maximises the sum of any non-decreasing
+           function of the replica speeds (M' is one); the slowest replica, which sets the step, holds
+           the slowest domain however domains are grouped. Under dp-drop only floor(healthy domains /
+           R) replicas survive, i.e. any failed GPU removes its replica, but the healthy domains of
+           damaged replicas regroup. A job could also drop a replica that gates it (not modelled;
+           keep-pace does better: it keeps such a replica with fewer micro-batches).
   fixed    replica r is always domains [rR, rR+R); a failed GPU anywhere in it removes (dp-drop)
            or slows (ntp) the whole replica. Spare domains, if any, hot-swap the worst domains.
 
@@ -42,11 +64,13 @@ as in the paper), else software, repaired after `--sw-repair-hours` (3). Repair 
 (`--repair-dist exp` makes them exponential with those means). The process starts one repair time
 before t = 0 so the window [0, `--days`) is stationary; the state is sampled every
 `--sample-hours`. A GPU that fails again while down counts once.
-  Fig. 7: the job needs N replicas' capacity for its fixed mini-batch; S spare domains (which fail
-  too) join the pool. Capacity is formed from all D+S domains as above; spare capacity beyond N is
-  idle (the mini-batch is fixed). When capacity < N the job is short: under "pause" semantics it
-  stops until repairs (throughput 0), under "slow" semantics it keeps the mini-batch by giving the
-  remaining replicas more micro-batches (throughput capacity/N). Per-GPU throughput =
+  Fig. 7: the job's fixed mini-batch is N M micro-batches per step; S spare domains (which fail
+  too) join the pool. Replicas are formed from all D+S domains as above and filled best first, M'
+  micro-batches each, until the mini-batch is covered (the last one used may run fewer); the rest
+  idle. The step takes the longest used replica's time, as above. When the pool's M' sum to less
+  than N M the job is short: under "pause" semantics it stops until repairs (throughput 0), under
+  "slow" semantics it keeps the mini-batch by giving the remaining replicas more micro-batches
+  (throughput = the pool's rate, sum of M' / (N M) over its step time). Per-GPU throughput =
   time-mean throughput x D/(D+S), relative to a failure-free job without spares.
   Trace: fraction of time more than 0.1% of GPUs are down, mean availability per policy, and
   goodput = availability x (1 - stall fraction), where every failure stalls the whole job for
@@ -59,6 +83,14 @@ re-admitting reconfiguration included, over the kills) and heal seconds per revi
 (recovery_seconds = measured recovery / measured step time x `--step-seconds`), since a CPU run's
 absolute seconds say nothing about a 32K-GPU step; the per-GPU tokens/s of the run is printed
 beside the Fig. 7 fractions.
+
+Check against runs. `--check-pp RUN.h5 ...` reads paced ntpbench runs and prints, per distinct set
+of replica TP degrees in their damaged steps, the measured damaged/healthy tokens per second (medians,
+step 1 left out) beside this model's prediction for the run's layout (TP x PP x DP, M, policy,
+boost; proportional cut, as ntpbench cuts) and the additive model's. With M = 1 ntpbench cuts a
+damaged replica's sequences instead; the check then uses the P = 1 model with the micro-batch's
+sequences as the units. `--what pipelines` tabulates ntp and ntp-pw by M (`--pp-micro-batches`) under
+both cuts.
 """
 from __future__ import annotations
 
@@ -124,11 +156,25 @@ class FailureModel:
         return self.rate_per_gpu_day * self.mean_repair_days
 
 
+MB_CUTS = ("proportional", "keep-pace")
+# The paper's job: 16M tokens per step in sequences of 16K = 1,024 sequences, over the default 125
+# replicas 8.2 each: with one sequence per micro-batch, 8 micro-batches per replica per step.
+DEFAULT_MICRO_BATCHES = 8
+
+
 @dataclass(frozen=True)
 class Params:
     boost: float = 1.3
     min_tp_fraction: float = 0.5
     placement: str = "packed"
+    micro_batches: int = DEFAULT_MICRO_BATCHES    # M per replica per step; 0 = the limit M -> infinity
+    mb_cut: str = "proportional"
+
+    def __post_init__(self):
+        if self.micro_batches < 0:
+            raise ValueError("--micro-batches must be >= 0 (0: the limit of many micro-batches)")
+        if self.mb_cut not in MB_CUTS:
+            raise ValueError(f"unknown micro-batch cut {self.mb_cut!r} (choose from {', '.join(MB_CUTS)})")
 
 
 def speed_table(domain_size: int, policy: str, p: Params) -> np.ndarray:
@@ -147,19 +193,20 @@ def speed_table(domain_size: int, policy: str, p: Params) -> np.ndarray:
     return s * alive
 
 
-def capacity(counts: np.ndarray, dpr: int, lut: np.ndarray, placement: str, job_domains: int | None = None,
-             sorted_counts: np.ndarray | None = None) -> np.ndarray:
-    """Capacity in replicas for failed-GPU counts per domain `counts` [..., D].
+def replica_speeds(counts: np.ndarray, dpr: int, lut: np.ndarray, placement: str, job_domains: int | None = None,
+                   sorted_counts: np.ndarray | None = None) -> np.ndarray:
+    """Speed v of every replica [..., n] (its slowest domain's, lut[k]) for failed-GPU counts per domain [..., D].
 
-    packed: regroup all D domains (R = dpr per replica) to maximise the sum of replica minima.
-    fixed: the first job_domains domains keep their replicas; the remaining (spare) domains
-    hot-swap the slowest job domains when faster.
+    packed: all D domains regrouped R = dpr at a time in order of failures, so replicas come best first
+    (which maximises any sum of a non-decreasing function of the replica speeds).
+    fixed: the first job_domains domains keep their replicas; the remaining (spare) domains hot-swap
+    the slowest job domains when faster.
     """
     if placement == "packed":
         k = np.sort(counts, axis=-1, kind="stable") if sorted_counts is None else sorted_counts
         m = k.shape[-1] // dpr
         # Sorted by failures ascending = by speed descending: each chunk's minimum is its last entry.
-        return lut[k[..., dpr - 1: m * dpr: dpr]].sum(axis=-1)
+        return lut[k[..., dpr - 1: m * dpr: dpr]]
     if placement != "fixed":
         raise ValueError(f"unknown placement {placement!r}")
     J = counts.shape[-1] if job_domains is None else job_domains
@@ -172,7 +219,78 @@ def capacity(counts: np.ndarray, dpr: int, lut: np.ndarray, placement: str, job_
         best = -np.sort(-spare, axis=-1)[..., : order.shape[-1]]
         np.put_along_axis(job, order, np.maximum(worst, best), axis=-1)
     m = J // dpr
-    return job[..., : m * dpr].reshape(job.shape[:-1] + (m, dpr)).min(axis=-1).sum(axis=-1)
+    return job[..., : m * dpr].reshape(job.shape[:-1] + (m, dpr)).min(axis=-1)
+
+
+def capacity(counts: np.ndarray, dpr: int, lut: np.ndarray, placement: str, job_domains: int | None = None,
+             sorted_counts: np.ndarray | None = None) -> np.ndarray:
+    """The additive model: sum of replica speeds, in replicas (= job_throughput x replicas for M -> infinity
+    under the keep-pace cut)."""
+    return replica_speeds(counts, dpr, lut, placement, job_domains, sorted_counts).sum(axis=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipelines: one step of non-interleaved 1F1B
+# ---------------------------------------------------------------------------------------------
+
+def replica_time(work, v, stages: int, micro_batches: int) -> np.ndarray:
+    """Step time of a replica of speed v doing `work` x M micro-batches on P = `stages` stages, relative to a
+    healthy replica's (M + P - 1) micro-batch times; 0 where it does no work. M = 0: the limit M -> infinity."""
+    work, v = np.asarray(work, dtype=float), np.asarray(v, dtype=float)
+    on = (work > 0) & (v > 0)
+    vs = np.where(on, v, 1.0)
+    if micro_batches == 0:
+        t = work / vs
+    else:
+        M, P = micro_batches, stages
+        t = (work * M + P - 1) / (vs * (M + P - 1))
+    return np.where(on, t, 0.0)
+
+
+def kept_micro_batches(v, policy: str, stages: int, p: Params) -> np.ndarray:
+    """Micro-batches a replica of speed v runs per step, as a fraction of M (0 where v == 0).
+
+    proportional (the paper's and ntpbench's rule): ntp max(1, floor(M v)); ntp-pw and dp-drop keep M.
+    keep-pace: the most that fit in a healthy step, floor((M + P - 1) v - (P - 1)), at most M; a
+    replica that cannot fit one sits the step out (0). M = 0 is the limit M -> infinity (v; ntp-pw
+    keeps 1 under the proportional rule)."""
+    v = np.asarray(v, dtype=float)
+    on = v > 0
+    keep = policy != "ntp" and p.mb_cut == "proportional"
+    M, P = p.micro_batches, stages
+    if M == 0:
+        w = np.ones_like(v) if keep else np.minimum(v, 1.0)
+    elif p.mb_cut == "keep-pace":
+        w = np.clip(np.floor((M + P - 1) * v - (P - 1) + 1e-9), 0, M) / M
+    elif keep:
+        w = np.ones_like(v)
+    else:
+        w = np.clip(np.floor(M * v + 1e-9), 1, M) / M
+    return np.where(on, w, 0.0)
+
+
+def job_throughput(v: np.ndarray, policy: str, stages: int, p: Params, replicas: int) -> np.ndarray:
+    """Throughput of a job whose replicas [..., n] have speeds v and all train in lock-step, relative to
+    `replicas` healthy ones: committed micro-batches / max replica step time."""
+    w = kept_micro_batches(v, policy, stages, p)
+    T = replica_time(w, v, stages, p.micro_batches).max(axis=-1)
+    return np.where(T > 0, w.sum(axis=-1) / replicas / np.where(T > 0, T, 1.0), 0.0)
+
+
+def fixed_batch_throughput(v: np.ndarray, policy: str, stages: int, p: Params, replicas: int):
+    """A fixed mini-batch of `replicas` x M micro-batches per step from a pool of replicas [..., n] ordered
+    best first: they are filled in that order (the last one used may run fewer micro-batches than it
+    could). Returns (short, throughput when short jobs slow down, throughput when they pause), each [...]:
+    short = the pool cannot run the mini-batch in one step; "slow" then runs it with every replica, at the
+    pool's rate (sum of work / max step time), "pause" stops (0)."""
+    w = kept_micro_batches(v, policy, stages, p)
+    cum = np.cumsum(w, axis=-1)
+    used = np.clip(replicas - (cum - w), 0.0, w)
+    total = cum[..., -1]
+    short = total < replicas - 1e-9
+    T = replica_time(used, v, stages, p.micro_batches).max(axis=-1)
+    rate = np.where(T > 0, np.minimum(total, replicas) / replicas / np.where(T > 0, T, 1.0), 0.0)
+    return short, rate, np.where(short, 0.0, rate)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,8 +321,8 @@ def sweep_failed_fraction(cl: Cluster, fractions, policies=POLICIES, params: Par
         srt = np.sort(counts, axis=-1, kind="stable")
         for pol in policies:
             lut = speed_table(cl.domain_size, pol, params)
-            cap = capacity(counts, R, lut, params.placement, sorted_counts=srt if params.placement == "packed" else None)
-            avail = cap / N
+            v = replica_speeds(counts, R, lut, params.placement, sorted_counts=srt if params.placement == "packed" else None)
+            avail = job_throughput(v, pol, R, params, N)
             rows.append(dict(failed_fraction=f, failed_gpus=n, policy=pol, placement=params.placement,
                              availability=avail.mean(), availability_se=avail.std(ddof=1) / math.sqrt(trials) if trials > 1 else math.nan,
                              loss=1 - avail.mean(), replicas_hit=hit.mean(),
@@ -263,18 +381,19 @@ def spares_sweep(cl: Cluster, spares, fm: FailureModel, policies=POLICIES, param
             srt = np.sort(c, axis=-1, kind="stable") if params.placement == "packed" else None
             for pol in policies:
                 lut = speed_table(cl.domain_size, pol, params)
-                cap = capacity(c, R, lut, params.placement, job_domains=J, sorted_counts=srt)
-                short = cap < N - 1e-9
-                a = acc.setdefault((S, pol), {"slow": [], "short": []})
-                a["slow"].append(np.minimum(1.0, cap / N).mean())
+                v = replica_speeds(c, R, lut, params.placement, job_domains=J, sorted_counts=srt)
+                short, slow, pause = fixed_batch_throughput(v, pol, R, params, N)
+                a = acc.setdefault((S, pol), {"slow": [], "pause": [], "short": []})
+                a["slow"].append(slow.mean())
+                a["pause"].append(pause.mean())
                 a["short"].append(short.mean())
     rows = []
     for (S, pol), a in sorted(acc.items(), key=lambda kv: (POLICIES.index(kv[0][1]) if kv[0][1] in POLICIES else 9, kv[0][0])):
         share = J / (J + S)
-        slow, short = float(np.mean(a["slow"])), float(np.mean(a["short"]))
+        slow, pause, short = float(np.mean(a["slow"])), float(np.mean(a["pause"])), float(np.mean(a["short"]))
         rows.append(dict(policy=pol, spare_domains=S, spare_gpus=S * cl.domain_size,
                          short_time_fraction=short,
-                         per_gpu_pause=(1 - short) * share, per_gpu_slow=slow * share,
+                         per_gpu_pause=pause * share, per_gpu_slow=slow * share,
                          placement=params.placement, hw_repair_days=fm.hw_repair_days))
     return pd.DataFrame(rows)
 
@@ -308,9 +427,11 @@ def time_trace(cl: Cluster, fm: FailureModel, multipliers, policies=POLICIES, pa
             srt = np.sort(tr.counts, axis=-1, kind="stable") if params.placement == "packed" else None
             series = {}
             for pol in policies:
-                cap = capacity(tr.counts, R, speed_table(cl.domain_size, pol, params), params.placement, sorted_counts=srt)
-                per_pol[pol].append((cap / N).mean())
-                series[pol] = cap / N
+                v = replica_speeds(tr.counts, R, speed_table(cl.domain_size, pol, params), params.placement,
+                                   sorted_counts=srt)
+                thr = job_throughput(v, pol, R, params, N)
+                per_pol[pol].append(thr.mean())
+                series[pol] = thr
             if example is None and t == 0:
                 example = dict(multiplier=mult, t=tr.times_days, down=down, **series)
         stall = float(np.mean(res["stall"]))
@@ -321,6 +442,51 @@ def time_trace(cl: Cluster, fm: FailureModel, multipliers, policies=POLICIES, pa
                              time_down_over_0p1pct=float(np.mean(res["over"])),
                              availability=av, stall_fraction=stall, goodput=av * (1 - stall)))
     return pd.DataFrame(rows), example
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipelines: the same experiments by micro-batches and cut
+# ---------------------------------------------------------------------------------------------
+
+def pipelines_sweep(cl: Cluster, fm: FailureModel, fm7: FailureModel, micro_batches, params: Params = Params(),
+                    cuts=MB_CUTS, policies=("ntp", "ntp-pw"), failed_fraction: float = 4e-3, trials: int = 100,
+                    spares=(0, 8, 16), multipliers=(1.0, 3.0), days: float = 30, sample_hours: float = 1.0,
+                    time_trials: int = 4, seed: int = 1) -> pd.DataFrame:
+    """Fig. 6 loss at one failed fraction, Fig. 7 spares to never be short and trace availability, for
+    every (M, cut): the same seeds as the default experiments, so every row sees the same failures."""
+    rows = []
+    for M in micro_batches:
+        for cut in cuts:
+            p = replace(params, micro_batches=int(M), mb_cut=cut)
+            d6 = sweep_failed_fraction(cl, [failed_fraction], policies, p, trials, seed).set_index("policy")
+            d7 = spares_sweep(cl, spares, fm7, policies, p, days, sample_hours, time_trials, seed + 1)
+            need = spares_needed(d7)
+            dt, _ = time_trace(cl, fm, multipliers, policies, p, days, sample_hours, time_trials, seed + 2)
+            P = cl.domains_per_replica
+            row = dict(micro_batches=int(M), mb_cut=cut, bubble=(P - 1) / (M + P - 1) if M else 0.0)
+            for pol in policies:
+                row[f"loss {pol}"] = float(d6.loc[pol, "loss"])
+                row[f"spares {pol}"] = need[pol]
+                for mult in multipliers:
+                    a = dt[(dt["policy"] == pol) & (dt["rate_multiplier"] == mult)]["availability"]
+                    row[f"avail {pol} x{mult:g}"] = float(a.iloc[0])
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pipelines_table(df: pd.DataFrame, spares_max: int) -> str:
+    cols = [("micro_batches", "M", "{}"), ("mb_cut", "cut", "{}"), ("bubble", "bubble", "{:.0%}")]
+    for c in df.columns[3:]:
+        if c.startswith("spares "):
+            cols.append((c, c, "{}"))
+        else:
+            cols.append((c, c, "{:.2%}"))
+    df = df.copy()
+    df["micro_batches"] = [str(m) if m else "inf" for m in df["micro_batches"]]
+    for c in df.columns:
+        if c.startswith("spares "):
+            df[c] = [f">{spares_max}" if v is None or (isinstance(v, float) and math.isnan(v)) else str(int(v)) for v in df[c]]
+    return _table(df, cols)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,6 +519,166 @@ def calibrate(paths) -> dict:
                 tokens_per_s_per_rank=float(np.median(tput_rank)),
                 recovery_steps_per_failure=float(np.median(rec_ratio)) if rec_ratio else None,
                 heal_steps_per_revival=float(np.median(heal_ratio)) if heal_ratio else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline model against paced ntpbench runs
+# ---------------------------------------------------------------------------------------------
+
+def run_replica_speeds(degrees, tp: int, policy: str, boost: float) -> np.ndarray | None:
+    """Speed of each replica of a run from its recorded TP degrees (0: not training); None for policies
+    the model does not cover (restart, none)."""
+    deg = np.asarray(degrees, dtype=float)
+    if policy == "ntp":
+        v = deg / tp
+    elif policy == "ntp-pw":
+        v = np.where(deg < tp, np.minimum(1.0, boost * deg / tp), 1.0)
+    elif policy == "dp-drop":
+        v = (deg == tp).astype(float)
+    else:
+        return None
+    return np.where(deg > 0, v, 0.0)
+
+
+def predict_run(degrees, tp: int, pp: int, micro_batches: int, policy: str, boost: float = 1.3,
+                micro_batch: int = 1, mb_cut: str = "proportional") -> dict | None:
+    """Damaged/healthy throughput of ntpbench's layout (TP tp x PP pp x DP len(degrees), M micro-batches of
+    micro_batch sequences) when its replicas run at the TP `degrees`: the 1F1B model and the additive one.
+
+    With M = 1, ntpbench cuts a damaged replica's sequences instead of its micro-batches; every stage's
+    time then shrinks with them, so the model is the P = 1 one with the micro-batch's sequences as units."""
+    v = run_replica_speeds(degrees, tp, policy, boost)
+    if v is None:
+        return None
+    M, P = (micro_batch, 1) if micro_batches == 1 else (micro_batches, pp)
+    p = Params(boost=boost, micro_batches=M, mb_cut=mb_cut)
+    n = len(v)
+    return dict(model=float(job_throughput(v, policy, P, p, n)),
+                additive=float(job_throughput(v, policy, P, replace(p, micro_batches=0, mb_cut="keep-pace"), n)),
+                kept=(kept_micro_batches(v, policy, P, p) * M).round().astype(int).tolist(), units=M)
+
+
+def _compute_per_unit(run, units: np.ndarray) -> np.ndarray:
+    """[steps, replicas, stages]: the slowest live rank's forward + backward time per unit of work (micro-
+    batch, or sequence when M = 1) in each stage of each replica; NaN where the replica did no work."""
+    ph = list(run.phases)
+    fb = run.phase_times[..., ph.index("forward")] + run.phase_times[..., ph.index("backward")]
+    tp, pp, n_rep = max(1, run.tp), max(1, run.pp), units.shape[1]
+    if fb.shape[1] != n_rep * tp * pp:          # not the documented rank layout: no diagnostics
+        return np.full(units.shape + (pp,), np.nan)
+    # Ranks are numbered (replica x pp + stage) x tp + TP index (results/README.md, /ranks/stage).
+    per = fb.reshape(fb.shape[0], n_rep, pp, tp).max(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(units[:, :, None] > 0, per / units[:, :, None], np.nan)
+
+
+def check_pp(paths, warmup_steps: int = 1) -> pd.DataFrame:
+    """Measured damaged/healthy throughput of runs next to the model's prediction for their layout.
+
+    Per run: tokens / (t_end - t_start) per step; healthy = steps with every replica healthy, damaged =
+    steps with some replica degraded or down (one row per distinct set of replica TP degrees), both
+    after the first `warmup_steps` steps; the ratio of their medians against predict_run().
+
+    Diagnostics beside it, from /ranks/phase_times (forward + backward of each stage's slowest live rank
+    per micro-batch, medians over the steps): each replica's compute speed as the run shows it (healthy
+    slowest stage over its slowest stage: does TP t' cost t/t' as the model assumes?), and 1F1B with the
+    run's own per-stage times c_s and micro-batch counts m, a step of sum_s c_s + (m - 1) max_s c_s (the
+    model assumes equal stages). What is left between that and the measurement is time outside the
+    forward and backward (communication, optimizer) and noise."""
+    from .runfile import load_run
+    rows = []
+    for path in paths:
+        run = load_run(path)
+        cfg = run.config
+        M = int(run.attrs.get("micro_batches", cfg.get("micro_batches", 1)))
+        b = int(cfg.get("micro_batch", 1))
+        boost = float(cfg.get("pacing", {}).get("boost", 1.3))
+        st = run.steps
+        tput = st["tokens"].to_numpy(dtype=float) / run.step_seconds()
+        state, deg, batch = run.replicas["state"], run.replicas["tp_degree"], run.replicas["batch"]
+        late = st["step"].to_numpy() > warmup_steps
+        healthy = late & (state == 0).all(axis=1)
+        damaged = late & ~(state == 0).all(axis=1) & (deg > 0).any(axis=1)
+        base = dict(file=run.name, policy=run.policy, layout=f"{run.tp}x{run.pp}x{run.dp}", M=M,
+                    timing=str(run.attrs.get("timing", "?")), healthy_steps=int(healthy.sum()))
+        if not healthy.any() or not damaged.any():
+            rows.append(dict(base, degrees="-", damaged_steps=int(damaged.sum()), measured=math.nan, model=math.nan,
+                             additive=math.nan, kept_run="-", kept_model="-", speeds_run="-", stages_run="-",
+                             model_run=math.nan))
+            continue
+        h = float(np.median(tput[healthy]))
+        dt = run.step_seconds()
+        base["healthy_spread"] = float(dt[healthy].max() / dt[healthy].min() - 1)
+        units_per_seq = 1 if M == 1 else 1 / b                  # work units: sequences when M == 1
+        U = b if M == 1 else M
+        units = batch * units_per_seq
+        per_unit = _compute_per_unit(run, units)                 # [steps, replicas, stages]
+        ref = np.nanmedian(per_unit[healthy].max(axis=-1))       # a healthy replica's slowest stage
+        for key in sorted({tuple(r) for r in deg[damaged].tolist()}):
+            sel = damaged & (deg == np.array(key)).all(axis=1)
+            kept_run = np.median(units[sel], axis=0)
+            pr = predict_run(key, run.tp, run.pp, M, run.policy, boost, b)
+            # The run's compute: per replica and stage, per unit of work (NaN where it did no work).
+            c = np.full(per_unit.shape[1:], np.nan)
+            working = kept_run > 0
+            if working.any():
+                c[working] = np.nanmedian(per_unit[sel][:, working], axis=0)
+            v_run = np.where(working, ref / np.nanmax(np.where(working[:, None], c, 1.0), axis=-1), 0.0)
+            ch = np.nanmedian(per_unit[healthy], axis=0).max(axis=0)            # healthy, per stage
+            if M == 1:
+                T_h, T_q = U * ch.sum(), kept_run * np.nansum(c, axis=-1)
+            else:
+                T_h = ch.sum() + (U - 1) * ch.max()
+                T_q = np.where(working, np.nansum(c, axis=-1) + (kept_run - 1) * np.nanmax(np.where(working[:, None], c, 0.0), axis=-1), 0.0)
+            model_run = float(kept_run.sum() / (U * len(kept_run)) * T_h / T_q.max()) if T_q.max() > 0 else math.nan
+            rows.append(dict(base, degrees=str(list(key)), damaged_steps=int(sel.sum()),
+                             damaged_spread=float(dt[sel].max() / dt[sel].min() - 1),
+                             measured=float(np.median(tput[sel])) / h,
+                             model=pr["model"] if pr else math.nan, additive=pr["additive"] if pr else math.nan,
+                             kept_run=f"{[int(round(x)) for x in kept_run]}/{U}",
+                             kept_model=f"{pr['kept']}/{U}" if pr else "-",
+                             speeds_run="[" + ", ".join(f"{x:.3f}" for x in v_run) + "]",
+                             stages_run="/".join(f"{x / ch.max():.3f}" for x in ch), model_run=model_run))
+    df = pd.DataFrame(rows)
+    df["error"] = df["measured"] / df["model"] - 1
+    df["error_run"] = df["measured"] / df["model_run"] - 1
+    return df
+
+
+def check_pp_table(df: pd.DataFrame) -> str:
+    cols = [("file", "file", "{}"), ("policy", "policy", "{}"), ("layout", "TPxPPxDP", "{}"), ("M", "M", "{:d}"),
+            ("degrees", "TP degrees", "{}"), ("kept_run", "kept (run)", "{}"), ("kept_model", "kept (model)", "{}"),
+            ("damaged_steps", "steps h/d", "{}"), ("spread", "spread h/d", "{}"),
+            ("measured", "measured", "{:.4f}"), ("model", "1F1B model", "{:.4f}"), ("error", "meas/model-1", "{:+.1%}"),
+            ("additive", "additive", "{:.4f}"), ("speeds_run", "speeds (run)", "{}"),
+            ("stages_run", "stage times", "{}"), ("model_run", "1F1B at run's times", "{:.4f}"),
+            ("error_run", "meas/that-1", "{:+.1%}")]
+    df = df.copy()
+    df["damaged_steps"] = [f"{h}/{d}" for h, d in zip(df["healthy_steps"], df["damaged_steps"])]
+    df["spread"] = [f"{h:.0%}/{d:.0%}" if np.isfinite(h) and np.isfinite(d) else "-"
+                    for h, d in zip(df.get("healthy_spread", np.nan), df.get("damaged_spread", np.nan))]
+    df = df.astype(object).where(df.notna(), None)           # no figure: "-"
+    return _table(df, cols)
+
+
+def check_pp_main(paths) -> int:
+    from .runfile import SchemaError
+    try:
+        df = check_pp(paths)
+    except SchemaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("Damaged/healthy tokens per second (medians over the healthy/damaged steps h/d; step 1 left out as "
+          "warm-up) against the 1F1B model (replicas in lock-step; kept = micro-batches per replica, of M; "
+          "sequences, of the micro-batch, when M = 1) and the additive model. From the run's forward + backward "
+          "times: each replica's compute speed, the healthy stages' times relative to the slowest, and 1F1B "
+          "with those stage times (sum_s c_s + (m - 1) max_s c_s per step). Spread: slowest over fastest "
+          "step, healthy/damaged:")
+    print(check_pp_table(df))
+    for r in df.to_dict("records"):
+        if r["timing"] != "paced":
+            print(f"note: {r['file']} ran with {r['timing']} timing; the model assumes compute-bound paced steps")
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,7 +794,14 @@ def main(args) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    params = Params(boost=args.boost, min_tp_fraction=args.min_tp_fraction, placement=args.placement)
+    if args.check_pp:
+        return check_pp_main(args.check_pp)
+    try:
+        params = Params(boost=args.boost, min_tp_fraction=args.min_tp_fraction, placement=args.placement,
+                        micro_batches=args.micro_batches, mb_cut=args.mb_cut)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if not 1.0 <= args.boost <= 1.3 + 1e-12:
         print("error: --boost must be in [1, 1.3] (the paper's 30% TDP headroom)", file=sys.stderr)
         return 2
@@ -491,6 +824,9 @@ def main(args) -> int:
     print(f"cluster: {cl.gpus} GPUs, {cl.domains} domains of {cl.domain_size}, {cl.domains_per_replica} domains "
           f"per replica, {cl.replicas} replicas; placement {params.placement}; boost {params.boost:g}; "
           f"domains with live < {args.min_tp_fraction:g} x {cl.domain_size} dropped")
+    print(f"pipelines: {cl.domains_per_replica} stages per replica, "
+          + (f"{params.micro_batches} micro-batches per replica per step (1F1B)" if params.micro_batches
+             else "many micro-batches (the additive limit)") + f", {params.mb_cut} micro-batch cut")
     print(f"failures: {fm.rate_per_gpu_day:.3e} per GPU-day (x rate multiplier), {fm.hw_fraction:.0%} hardware, "
           f"software repaired in {fm.sw_repair_hours:g} h\n")
     frames = {}
@@ -512,6 +848,19 @@ def main(args) -> int:
         need = spares_needed(df7)
         print("spares to never be short:", ", ".join(f"{p} {('>' + str(max(args.spares))) if v is None else v}"
                                                         for p, v in need.items()), "\n")
+    if "pipelines" in what:
+        fm7 = replace(fm, hw_repair_days=args.fig7_hw_repair_days, rate_multiplier=args.rate_multiplier[0])
+        pols = [p for p in args.policies if p != "dp-drop"] or list(args.policies)
+        dfp = pipelines_sweep(cl, fm, fm7, args.pp_micro_batches, params, MB_CUTS, pols, args.max_failed_fraction,
+                              args.trials, args.spares, args.rate_multiplier, args.days, args.sample_hours,
+                              args.time_trials, args.seed)
+        frames["pipelines"] = dfp
+        print(f"Pipelines — {cl.domains_per_replica} stages per replica, by micro-batches M (inf: the additive "
+              f"limit) and cut; bubble = (P-1)/(M+P-1); loss: Fig. 6 at f = {args.max_failed_fraction:g} "
+              f"({args.trials} placements); spares: Fig. 7, to never be short ({fm7.hw_repair_days:g}-day "
+              f"repair); avail: trace availability ({fm.hw_repair_days:g}-day repair) by rate multiplier. "
+              f"dp-drop does not depend on M:")
+        print(pipelines_table(dfp, max(args.spares)), "\n")
     ex = None
     if "trace" in what:
         dft, ex = time_trace(cl, fm, args.rate_multiplier, args.policies, params, args.days, args.sample_hours,
@@ -541,3 +890,4 @@ def main(args) -> int:
             plot_trace(ex, cl, p)
             print("wrote", p)
     return 0
+

@@ -5,17 +5,24 @@
       g=64, where the exact hypergeometric value, also checked, is 0.6 s.e. away).
 (ii)  32,768 GPUs, TP64 domains, 0.1% failed, dp-drop: availability 0.937-0.938 (paper: 94%);
       asserted within 0.01 of 0.94.
-(iii) Fig. 6, 32,000 GPUs, TP32, 8 domains per replica, f = 4e-3, packed placement (the paper's):
-      dp-drop loses 12.3% (paper: ~12%; asserted 10-14%), ntp 0.43% (paper: within 3%; asserted
-      < 3%), ntp-pw 0.00% (paper: < 1%; asserted < 1%). With fixed replica membership instead,
-      dp-drop loses 64% (every replica with any of its 256 GPUs failed is out) and ntp 2.2%: the
-      paper's 12% is only reproduced when damaged domains are packed into as few replicas as
-      possible, which the test pins down as well.
+(iii) Fig. 6, 32,000 GPUs, TP32, 8 domains per replica, f = 4e-3, packed placement (the paper's),
+      8 micro-batches per replica (1F1B, proportional cut; the defaults): dp-drop loses 12.3%
+      (paper: ~12%; asserted 10-14%), ntp 2.3% (0.43% in the additive limit; paper: within 3%;
+      asserted < 3%), ntp-pw 0.00% (paper: < 1%; asserted < 1%). With fixed replica membership
+      instead, dp-drop loses 64% (every replica with any of its 256 GPUs failed is out): the paper's
+      12% is only reproduced when damaged domains are packed into as few replicas as possible,
+      which the test pins down as well.
 (iv)  time process at 3x the Llama 3 rate, TP64, 3-day repair, dp-drop: availability ~0.80
       (paper: 80%; closed form exp(-64 * 3 * lambda * mean repair) = 0.806); asserted within 0.03.
 (v)   Fig. 7 shape, 5-day repair: ntp-pw never short without spares, dp-drop short without spares
       and needs more spares than ntp. (Our model: dp-drop needs 88 spare domains, paper 90;
-      ntp 8, paper 16; ntp-pw 0, paper 0 — see analysis/README.md.)
+      ntp 16 at 8 micro-batches, 8 in the additive limit, paper 16; ntp-pw 0, paper 0 — see
+      analysis/README.md.)
+(vi)  pipelines: 1F1B step times and job throughput against hand-worked cases (TP 2 x PP 2 x DP 2,
+      M = 4, one replica at TP 1: ntp 0.625, ntp-pw 0.65, dp-drop 0.5, as ntpbench's paced runs
+      measure within 3%); the limit of many micro-batches (and P = 1 with M large) is the additive
+      model; more micro-batches shrink the ntp loss where the cut is exact and always under keep-pace,
+      while the proportional cut is not monotone in M (stated, not hidden); keep-pace never gates.
 """
 import math
 
@@ -127,3 +134,166 @@ def test_simulate_cli_smoke(tmp_path, capsys, runs):
     assert "Fig. 6" in out and "Fig. 7" in out and "Trace" in out and "calibration" in out
     for f in ("fig6.csv", "fig7.csv", "trace.csv", "fig6_throughput_loss.png", "fig7_spares.png", "trace.png"):
         assert (tmp_path / f).stat().st_size > 100, f
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipelines
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy,expected,additive", [
+    ("ntp", (6 / 8) / (6 / 5), 0.75),               # M' = 2 at TP 1: (2+1) x 2 = 6 micro-batch times vs 5
+    ("ntp-pw", 5 / (5 * 2 / 1.3), (1 + 0.65) / 2),  # M kept, 5 x 2 / 1.3 = 7.7 vs 5
+    ("dp-drop", 0.5, 0.5),                          # the damaged replica stops
+])
+def test_1f1b_hand_worked(policy, expected, additive):
+    r = sim.predict_run([1, 2], tp=2, pp=2, micro_batches=4, policy=policy, boost=1.3, micro_batch=2)
+    assert r["model"] == pytest.approx(expected, rel=1e-12)
+    assert r["additive"] == pytest.approx(additive, rel=1e-12)
+    assert r["kept"] == {"ntp": [2, 4], "ntp-pw": [4, 4], "dp-drop": [0, 4]}[policy]
+
+
+def test_1f1b_step_time_large_tp():
+    # M = 32, P = 8, TP32 -> TP31: M' = 31, a step of 38 x 32/31 = 39.23 micro-batch times vs 39 healthy.
+    p = sim.Params(micro_batches=32)
+    v = np.array([31 / 32])
+    w = sim.kept_micro_batches(v, "ntp", 8, p)
+    assert w[0] * 32 == 31
+    assert sim.replica_time(w, v, 8, 32)[0] * 39 == pytest.approx(38 * 32 / 31)
+    # One such replica among 125 gates them all: the job loses 0.6%, more than the 1/32 of a replica it cut.
+    v125 = np.r_[np.ones(124), 31 / 32]
+    assert sim.job_throughput(v125, "ntp", 8, p, 125) == pytest.approx((124 + 31 / 32) / 125 * 39 / (38 * 32 / 31))
+    # keep-pace cuts one more micro-batch and keeps pace: floor(39 x 31/32 - 7) = 30.
+    kp = sim.Params(micro_batches=32, mb_cut="keep-pace")
+    assert sim.kept_micro_batches(v, "ntp", 8, kp)[0] * 32 == 30
+    assert sim.job_throughput(v125, "ntp", 8, kp, 125) == pytest.approx((124 + 30 / 32) / 125)
+
+
+def test_ntp_pw_boost_and_m1_run_rule():
+    # TP 4 -> 3 at 1.3x needs 4/3 and gets 1.3: the job runs at 0.975 (tests/integration/test_paced.py).
+    r = sim.predict_run([3, 4], tp=4, pp=1, micro_batches=1, policy="ntp-pw", boost=1.3, micro_batch=4)
+    assert r["model"] == pytest.approx(1 / (4 / 3 / 1.3))
+    # M = 1: ntpbench cuts sequences, 3 of 4 at TP 3: 7/8 (ibid.).
+    r = sim.predict_run([3, 4], tp=4, pp=1, micro_batches=1, policy="ntp", micro_batch=4)
+    assert r["model"] == pytest.approx(7 / 8) and r["kept"] == [3, 4]
+
+
+def _random_counts(D, d, n, rng, trials=20):
+    return np.stack([np.bincount(rng.choice(D * d, n, replace=False) // d, minlength=D) for _ in range(trials)])
+
+
+@pytest.mark.parametrize("placement", ["packed", "fixed"])
+def test_many_micro_batches_is_the_additive_model(placement):
+    rng = np.random.default_rng(0)
+    for d, R in ((8, 4), (32, 8)):
+        counts = _random_counts(128 * R, d, 20 * R, rng)        # heavy: domains at every degree, some dropped
+        N = 128
+        for pol in sim.POLICIES:
+            lut = sim.speed_table(d, pol, sim.Params())
+            v = sim.replica_speeds(counts, R, lut, placement)
+            cap = sim.capacity(counts, R, lut, placement) / N
+            kp = sim.job_throughput(v, pol, R, sim.Params(micro_batches=0, mb_cut="keep-pace"), N)
+            assert np.array_equal(kp, cap)
+            if pol != "ntp-pw":       # proportional ntp-pw keeps M and gates where the boost falls short
+                assert np.array_equal(sim.job_throughput(v, pol, R, sim.Params(micro_batches=0), N), cap)
+
+
+def test_p1_large_m_agrees_with_additive():
+    cl = sim.Cluster(32000, 32, 32)        # one domain per replica: P = 1
+    fr = [1e-3, 4e-3]
+    new = sim.sweep_failed_fraction(cl, fr, sim.POLICIES, sim.Params(micro_batches=4096), trials=10, seed=7)
+    old = sim.sweep_failed_fraction(cl, fr, sim.POLICIES, sim.Params(micro_batches=0, mb_cut="keep-pace"),
+                                    trials=10, seed=7)
+    # Each damaged replica loses at most one micro-batch to the floor: 1/M of a replica.
+    assert np.abs(new["availability"].to_numpy() - old["availability"].to_numpy()).max() < 1e-3
+
+
+def test_more_micro_batches_shrink_the_ntp_loss():
+    exact = [sim.predict_run([1, 2], 2, 2, M, "ntp")["model"] for M in (2, 4, 8, 16, 64, 256, 4096)]
+    assert (np.diff(exact) > 0).all() and exact[0] == pytest.approx(0.5625) and exact[-1] == pytest.approx(0.75, abs=1e-3)
+    cl = sim.Cluster(32000, 32, 256)
+    loss = {}
+    for cut in sim.MB_CUTS:
+        for M in (8, 16, 32, 64, 0):
+            df = sim.sweep_failed_fraction(cl, [4e-3], ["ntp"], sim.Params(micro_batches=M, mb_cut=cut), trials=10, seed=3)
+            loss[cut, M] = df.iloc[0].loss
+    kp = [loss["keep-pace", M] for M in (8, 16, 32, 64, 0)]
+    assert (np.diff(kp) <= 1e-12).all(), kp
+    for M in (8, 16, 32, 64):
+        assert loss["keep-pace", M] <= loss["proportional", M] + 1e-12
+    # Not hidden: under the proportional cut 16 micro-batches lose more than 8 (at M = 8 the floor cuts a
+    # TP31 or TP30 replica to 7 micro-batches, which keeps pace; at 16 a TP30 one keeps 15 and gates the job).
+    assert loss["proportional", 16] > loss["proportional", 8]
+    assert loss["proportional", 0] == pytest.approx(loss["keep-pace", 0])
+
+
+def test_keep_pace_never_gates():
+    for d in (8, 32):
+        for pol in sim.POLICIES:
+            v = sim.speed_table(d, pol, sim.Params(boost=1.3, min_tp_fraction=0.0))
+            for P in (1, 2, 4, 8, 16):
+                for M in range(1, 65):
+                    p = sim.Params(micro_batches=M, mb_cut="keep-pace")
+                    w = sim.kept_micro_batches(v, pol, P, p)
+                    assert (sim.replica_time(w, v, P, M) <= 1 + 1e-12).all(), (d, pol, P, M)
+                    assert (w <= 1).all() and (w[v == 1] == 1).all()
+    # A fixed mini-batch never runs faster than failure-free, and keep-pace never below the pool's share.
+    rng = np.random.default_rng(1)
+    counts = _random_counts(130 * 8, 32, 300, rng)
+    v = sim.replica_speeds(counts, 8, sim.speed_table(32, "ntp", sim.Params()), "packed")
+    short, slow, pause = sim.fixed_batch_throughput(v, "ntp", 8, sim.Params(mb_cut="keep-pace"), 125)
+    assert (pause <= 1 + 1e-12).all() and (slow <= 1 + 1e-12).all() and (pause[~short] == 1).all()
+
+
+def test_check_pp_on_a_synthetic_pipeline_run(tmp_path):
+    import json
+
+    import h5py
+
+    from analysis.tests import synth
+    path = tmp_path / "pipe.h5"
+    synth.write_run(str(path), policy="ntp", tp=4, dp=2, steps=10, kill_step=4, kill_rank=1, revive_step=9)
+    # Make its 8 ranks the paced TP 2 x PP 2 x DP 2, M = 4 layout with exact 1F1B step times: 5 units
+    # healthy, (2 + 1) x 2 = 6 while replica 0 runs 2 micro-batches at TP 1; step 1 is a slow warm-up.
+    with h5py.File(path, "r+") as f:
+        f.attrs["tp"], f.attrs["pp"], f.attrs["micro_batches"] = np.int64(2), np.int64(2), np.int64(4)
+        cfg = json.loads(f.attrs["config"])
+        cfg.update(micro_batch=2, micro_batches=4, pp=2, pacing={"boost": 1.3})
+        f.attrs["config"] = np.bytes_(json.dumps(cfg))
+        st = f["steps"][()]
+        dmg = (st["step"] >= 4) & (st["step"] <= 8)
+        dt = np.where(dmg, 6.0, 5.0)
+        dt[0] = 9.0
+        st["t_start"] = np.r_[0, np.cumsum(dt)[:-1]]
+        st["t_end"] = st["t_start"] + dt
+        st["tokens"] = np.where(dmg, 12, 16) * 32
+        f["steps"][...] = st
+        f["replicas/tp_degree"][...] = np.where(dmg[:, None], [1, 2], [2, 2])
+        f["replicas/batch"][...] = np.where(dmg[:, None], [4, 8], [8, 8])
+        f["replicas/state"][...] = np.where(dmg[:, None], [1, 0], [0, 0])
+        # Forward + backward of 0.1 per micro-batch on every working rank (rank 2 dead, rank 1 idle at TP 1).
+        ph = f["ranks/phase_times"][()]
+        ph[..., 0], ph[..., 1] = 0.1 / 3 * 4, 0.2 / 3 * 4
+        ph[dmg, 0:4, 0:2] *= 2 * 2 / 4          # replica 0: 2 micro-batches at twice the time
+        ph[dmg, 1, 0:2] = ph[dmg, 2, 0:2] = 0
+        f["ranks/phase_times"][...] = ph
+    df = sim.check_pp([str(path)])
+    assert len(df) == 1
+    r = df.iloc[0]
+    assert r.healthy_steps == 4 and r.damaged_steps == 5 and r.degrees == "[1, 2]"
+    assert r.measured == pytest.approx(0.625) and r.model == pytest.approx(0.625) and r.additive == pytest.approx(0.75)
+    assert r.kept_run == r.kept_model == "[2, 4]/4"
+    assert r.speeds_run == "[0.500, 1.000]" and r.stages_run == "1.000/1.000"
+    assert r.model_run == pytest.approx(0.625)
+
+
+def test_simulate_cli_check_pp_and_pipelines(capsys, runs):
+    from analysis.__main__ import main as cli
+    assert cli(["simulate", "--check-pp", runs["ntp"], runs["dpdrop"]]) == 0
+    out = capsys.readouterr().out
+    assert "1F1B model" in out and "ntp.h5" in out and "dpdrop.h5" in out
+    rc = cli(["simulate", "--gpus", "4096", "--domain-size", "8", "--gpus-per-replica", "32", "--what", "pipelines",
+              "--pp-micro-batches", "4", "0", "--trials", "5", "--spares", "0", "8", "--days", "4", "--sample-hours", "6",
+              "--time-trials", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "Pipelines" in out and "keep-pace" in out and "inf" in out
+    assert cli(["simulate", "--micro-batches", "-1", "--what", "fig6"]) == 2
