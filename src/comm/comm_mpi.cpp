@@ -355,8 +355,8 @@ int finish_mpi(int code) {
   // has died waits for it for ever. A process that took part in a repair (every process that
   // holds a link to a spawned one does) therefore ends here, after the caller's last barrier,
   // without either; the launcher accepts that with
-  // prte_allowed_exit_without_sync (set by the Makefile, the tests and the Slurm script; see
-  // README, "Real failures").
+  // prte_allowed_exit_without_sync (jobs/prte-mca-params.conf, which `make deps` installs into
+  // the venv's Open MPI; README, "Real failures").
   std::fflush(nullptr);
 #ifdef __SANITIZE_ADDRESS__
   // `make test-sanitize`: _Exit skips the leak check a normal exit runs; run it here, so that the
