@@ -92,6 +92,7 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
   m.peak = peak_;
   broadcast_string(*merged, merged->rank() == 0 ? to_json(m).dump() : std::string());
   adopt(merged->split(0, me_));
+  align_clock(false);
   record_processes(ranks);
   const double spawn_seconds = now() - t_event;
   StepEvents ev;
@@ -106,10 +107,24 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
 // A new process's side of revive(): the same adoption and reconfiguration.
 double TrainingRun::join(int s, const std::vector<int>& ranks) {
   members_ = group_->allgather(me_);
+  align_clock(true);
   record_processes(ranks);
   StepEvents ev;
   ev.revive = ranks;
   return reconfigure(s, ev);
+}
+
+// Every rank reads the run's clock as seconds since the survivors' start. A new process first set
+// it from the join message's `elapsed`, which is late by the message and the process's own set-up
+// (10-20 ms on 2 busy cores: enough to put a notice before the step that it interrupted). Here it
+// takes the survivors' reading right after a barrier, so only the barrier's skew separates them.
+void TrainingRun::align_clock(bool joining) {
+  group_->barrier();
+  double t = joining ? 0.0 : now();
+  group_->allreduce_max(&t, 1);
+  if (joining)
+    t0_ = std::chrono::steady_clock::now() -
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(t));
 }
 
 // The recorder moves: the lowest live logical rank (this one, now the group's rank 0) reopens the

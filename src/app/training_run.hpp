@@ -113,6 +113,7 @@ class TrainingRun {
   double revive(int s, const std::vector<int>& ranks);
   double reconfigure(int s, const StepEvents& ev);
   void adopt(std::unique_ptr<Comm> group);
+  void align_clock(bool joining);
   void record_processes(const std::vector<int>& only);
   void take_over_recorder(const std::vector<int>& lost);
   void maybe_checkpoint(int s, bool trained);
