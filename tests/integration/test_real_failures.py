@@ -182,6 +182,12 @@ def test_a_replacement_that_becomes_the_recorder_reports_mfu(tmp_path):
     assert len(s) == 9 and np.isfinite(s["mfu"]).all() and (s["mfu"] > 0).all(), s["mfu"]
     with h5py.File(out, "r") as f:
         assert f["summary"].attrs["mfu"] > 0
+        e = f["events"][()]
+    # One clock across processes: rows stamped by the original recorder and then by rank 0's
+    # replacement follow each other in time, and no failure is noticed before its step began.
+    assert (s["t_start"][1:] >= s["t_end"][:-1]).all(), (s["t_start"], s["t_end"])
+    lost = e[e["kind"] == b"lost"]["duration"]
+    assert len(lost) == 2 and (lost >= 0).all(), lost
     replay(out)
 
 
