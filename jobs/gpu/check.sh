@@ -6,7 +6,8 @@
 # the machine's facts first (GPU, glibc against what the bundle needs, where cudart, cuBLAS and
 # NCCL were found), then runs the GPU kernel tests (tests/test_cuda.cpp: CUDA against the CPU
 # kernels), times single-GPU training steps at gpt2 and gpt2-medium in fp32 and in bf16
-# (--precision bf16), runs two ranks sharing the GPU through the MPI path, benchmarks the NTP
+# (--precision bf16), runs two ranks sharing the GPU through the MPI path (TP 2, and PP 2 with
+# 1F1B), benchmarks the NTP
 # gradient sync on the CPU at 4->3 and 8->7 with a core per rank (bench_resilience), and prints a
 # table last. Everything goes under LOGDIR: check.log (the whole console), each run's output and
 # HDF5 file, the test XML and the benchmarks' JSON. Exits non-zero when a build, a test or a run
@@ -247,6 +248,10 @@ compare_losses gpt2-medium-fp32 gpt2-medium-bf16
 if [ "$SHARED_BACKEND" = cuda ]; then
   NOTE="2 ranks share GPU 0 via MPI + host staging; " run shared-tp2-cuda 2 "$PEAK_FP32" -- \
     --preset gpt2 --backend cuda --allow-gpu-sharing --tp 2 --seq 1024 --micro-batch 4 --steps 5
+  # Two pipeline stages on device memory: 1F1B's stage-to-stage sendrecv of activations and their
+  # gradients, and the tied embedding's gradient all-reduce between the first and last stage.
+  NOTE="PP 2 (1F1B, 4 micro-batches), 2 ranks share GPU 0; " run shared-pp2-cuda 2 "$PEAK_FP32" -- \
+    --preset gpt2 --backend cuda --allow-gpu-sharing --pp 2 --micro-batches 4 --seq 1024 --micro-batch 2 --steps 5
 else
   NOTE="CPU backend; " run shared-tp2-cpu 2 0 OMP_NUM_THREADS=$(( $(nproc) / 2 )) -- \
     --preset small --backend cpu --tp 2 --micro-batch 4 --steps 5 --threads $(( $(nproc) / 2 ))
