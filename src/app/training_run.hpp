@@ -127,6 +127,7 @@ class TrainingRun {
   Options o_;
   Comm* group_;                       // the live ranks, in logical order
   std::unique_ptr<Comm> owned_group_;  // once the launcher's world has been shrunk or grown
+  std::vector<std::unique_ptr<Comm>> retired_groups_;  // earlier groups, never freed: see adopt()
   int me_;                            // logical rank
   std::vector<int> members_;          // logical rank of each group member
   const Schedule schedule_;
