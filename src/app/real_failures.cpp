@@ -123,7 +123,7 @@ double TrainingRun::join(int s, const std::vector<int>& ranks) {
 
 // Every rank reads the run's clock as seconds since the survivors' start. A new process first set
 // it from the join message's `elapsed`, which is late by the message and the process's own set-up
-// (10-20 ms on 2 busy cores: enough to put a notice before the step that it interrupted). Here it
+// (2-17 ms on 2 busy cores: enough to put a notice before the step that it interrupted). Here it
 // takes the survivors' reading right after a barrier, so only the barrier's skew separates them.
 void TrainingRun::align_clock(bool joining) {
   group_->barrier();
