@@ -49,11 +49,6 @@ Options pipeline_options(int tp, int pp, int micro_batches) {
   return o;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 struct Measured {
   double step_s = 0, bubble = 0;
   long long samples = 0;

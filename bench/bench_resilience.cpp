@@ -69,13 +69,6 @@ constexpr int kSyncRounds = 25;
 // an H100 at 4096 tokens per replica (400 TFLOP/s, NVLink 450 GB/s).
 constexpr double kBackwardPerAllreduce = 4.0;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 double sum_over(MPI_Comm comm, double x) {
   MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm);
   return x;

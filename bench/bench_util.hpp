@@ -11,6 +11,7 @@
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -40,6 +41,14 @@ void add_wrong(long long n);
 // MPI_Barrier, but waiting ranks sleep instead of spinning, so a rank with nothing to do leaves
 // the (possibly oversubscribed) cores to the ranks that compute. Not for timed regions.
 void sleepy_barrier(MPI_Comm comm);
+
+// The median of v (the mean of the middle two for an even count; 0 when empty).
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 inline double max_over(MPI_Comm comm, double x) {
   MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, comm);

@@ -145,7 +145,7 @@ void TrainingRun::take_over_recorder(const std::vector<int>& lost) {
   fmt::print("logical rank {} takes over the results file from rank(s) {} ({} rows so far)\n", me_, lost,
              rec_->rows().size());
   rec_->event(make_event(now(), static_cast<std::int64_t>(rec_->rows().size()) + 1, "recorder", me_,
-                         me_ / trainer_->topology().ranks_per_replica(), 0, 0,
+                         trainer_->topology().replica_of_rank(me_), 0, 0,
                          fmt::format("rank {} reopened the file", me_)));
 }
 

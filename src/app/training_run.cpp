@@ -199,10 +199,10 @@ void TrainingRun::record_recovery(int s, const StepEvents& ev, const Recovery& r
                                   const std::vector<std::string>* kill_details, double t_kill) {
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
     rec_->event(make_event(t_kill >= 0 ? t_kill : t_event, s, "kill", ev.kill[i],
-                           ev.kill[i] / trainer_->topology().ranks_per_replica(), 0, 0,
+                           trainer_->topology().replica_of_rank(ev.kill[i]), 0, 0,
                            kill_details ? (*kill_details)[i] : ""));
   for (int r : ev.revive)
-    rec_->event(make_event(t_event, s, "revive", r, r / trainer_->topology().ranks_per_replica(), 0, 0, ""));
+    rec_->event(make_event(t_event, s, "revive", r, trainer_->topology().replica_of_rank(r), 0, 0, ""));
   // A whole node's failure or return (kill_node / revive_node): one event naming its ranks.
   const auto node_event = [&](const std::string& host, const char* kind, double t) {
     std::vector<int> on;

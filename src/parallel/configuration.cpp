@@ -20,7 +20,7 @@ Topology::Topology(int world_size_, int world_rank_, int tp_, int stages_)
                                             : fmt::format("--tp {} x --pp {} does not divide the {} ranks of this job",
                                                           tp, stages, world_size));
   replicas = world_size / (tp * stages);
-  replica = world_rank / (tp * stages);
+  replica = replica_of_rank(world_rank);
   stage = world_rank % (tp * stages) / tp;
   slot = world_rank % tp;
 }

@@ -18,6 +18,7 @@ struct Topology {
   Topology(int world_size, int world_rank, int tp, int stages = 1);
   std::vector<int> replica_ranks(int replica) const;  // stage-major
   int ranks_per_replica() const { return tp * stages; }
+  int replica_of_rank(int rank) const { return rank / ranks_per_replica(); }  // whose block holds rank
 };
 
 enum class Policy { DpDrop, Ntp, NtpPw, Restart };
