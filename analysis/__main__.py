@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     "incarnation long enough to judge, or when the run did not finish (no "
                                     "/summary). The rule is in analysis/soak.py.")
     sk.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
+    sk.add_argument("--library-cost", metavar="COST.json",
+                    help="what the MPI library keeps per replaced process (build/bench/ulfm_respawn_cost --json, "
+                         "run at the same rank count): --kill-mode signal runs are then judged on their growth "
+                         "beyond that share, printed beside the raw growth")
 
     s = sub.add_parser("simulate", help="cluster-scale goodput simulator (the NTP paper's Fig. 6/7)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,

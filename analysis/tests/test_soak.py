@@ -16,15 +16,20 @@ STEPS, RANKS = 200, 8
 BASE_RSS, BASE_FDS = 32_000_000, 20
 
 
-def write(path, rss, fds, summary=True, policy="ntp"):
+def write(path, rss, fds, summary=True, policy="ntp", kill_mode="fence", revived_at=None):
+    """A results file; `revived_at` lists the steps of revive events (default: one kill, heal, revive, kill)."""
     with h5py.File(path, "w") as f:
         f.attrs["schema_version"] = "1"
         f.attrs["policy"] = policy
-        f.attrs["config"] = json.dumps({"steps": len(rss)})
+        f.attrs["config"] = json.dumps({"steps": len(rss), "kill_mode": kill_mode})
         g = f.create_group("ranks")
         g.create_dataset("rss_bytes", data=np.asarray(rss, dtype="<i8"))
         g.create_dataset("open_fds", data=np.asarray(fds, dtype="<i4"))
-        events = np.array([(b"kill",), (b"heal",), (b"revive",), (b"kill",)], dtype=[("kind", "S16")])
+        dtype = [("step", "<i8"), ("kind", "S16")]
+        if revived_at is None:
+            events = np.array([(10, b"kill"), (10, b"heal"), (15, b"revive"), (40, b"kill")], dtype=dtype)
+        else:
+            events = np.array([e for s in revived_at for e in ((s - 5, b"kill"), (s, b"revive"))], dtype=dtype)
         f.create_dataset("events", data=events)
         if summary:
             f.create_group("summary").attrs["steps"] = float(len(rss))
@@ -101,3 +106,64 @@ def test_too_few_samples_and_an_unfinished_run_fail(tmp_path):
 ])
 def test_incarnations_are_runs_of_samples(column, expect):
     assert [s.tolist() for s in soak.incarnations(np.array(column))] == expect
+
+
+# --library-cost: what the MPI keeps per replaced process (ulfm_respawn_cost's JSON).
+COST_RSS = 200_000
+
+
+def library_cost(tmp_path, ranks=RANKS):
+    path = tmp_path / "cost.json"
+    path.write_text(json.dumps({"ranks": ranks, "rss_bytes_per_replacement": COST_RSS, "open_fds_first": 19,
+                                "open_fds_max": 19 + ranks - 1, "library": "Open MPI v5.0.11"}))
+    return soak.LibraryCost.load(str(path)), path
+
+
+def replaced_run(rng, leak_per_step=0):
+    """A signal-mode run with a revival every 10 steps, where every process grows by the library's
+    cost at each revival (and, with a leak, by `leak_per_step` bytes a step), and gains one descriptor
+    per replaced peer up to the peer count."""
+    revived_at = list(range(10, STEPS, 10))
+    rss, fds = flat(rng)
+    for s in revived_at:
+        rss[s:] += COST_RSS
+        fds[s:] += 1 if s // 10 < RANKS else 0
+    rss += (np.arange(STEPS) * leak_per_step)[:, None]
+    return rss, fds, revived_at
+
+
+def test_growth_the_library_explains_passes_with_its_cost_and_fails_without(tmp_path):
+    rss, fds, revived_at = replaced_run(np.random.default_rng(5))
+    path = write(tmp_path / "signal.h5", rss, fds, kill_mode="signal", revived_at=revived_at)
+    _, raw = soak.check_file(path)
+    assert any("RSS grew" in p for p in raw) and any("open fds grew" in p for p in raw)
+    cost, cost_path = library_cost(tmp_path)
+    row, problems = soak.check_file(path, cost)
+    assert problems == [], problems
+    assert row["rss"].value > 0.05 and abs(row["rss"].beyond) < 0.02
+    assert row["fds"].value > 0.05 and row["fds"].beyond <= 0.0
+    p = subprocess.run([sys.executable, "-m", "analysis", "soak", path, "--library-cost", str(cost_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "200 kB resident per replaced process" in p.stdout and "RSS beyond MPI" in p.stdout
+
+
+def test_a_leak_of_its_own_fails_beside_the_library_share(tmp_path):
+    rss, fds, revived_at = replaced_run(np.random.default_rng(6), leak_per_step=20_000)  # +12% of its own
+    cost, _ = library_cost(tmp_path)
+    row, problems = soak.check_file(write(tmp_path / "leak.h5", rss, fds, kill_mode="signal",
+                                          revived_at=revived_at), cost)
+    assert row["rss"].beyond > 0.05
+    assert any("beyond the MPI library's share" in p and "RSS" in p for p in problems)
+
+
+def test_the_library_share_applies_to_signal_runs_at_its_own_rank_count_only(tmp_path):
+    rss, fds, revived_at = replaced_run(np.random.default_rng(7))
+    fenced = write(tmp_path / "fence.h5", rss, fds, kill_mode="fence", revived_at=revived_at)
+    cost, _ = library_cost(tmp_path)
+    row, problems = soak.check_file(fenced, cost)  # fence mode spawns nothing: judged on the raw growth
+    assert np.isnan(row["rss"].beyond) and any("RSS grew" in p for p in problems)
+    signal = write(tmp_path / "signal.h5", rss, fds, kill_mode="signal", revived_at=revived_at)
+    other, _ = library_cost(tmp_path, ranks=4)
+    _, problems = soak.check_file(signal, other)
+    assert any("measured at 4 ranks, this run has 8" in p for p in problems)
