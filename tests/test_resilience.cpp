@@ -1,6 +1,6 @@
 // The resilience building blocks: the reshard primitive, NTP layouts, the NTP gradient sync with
-// replicas at several TP degrees at once (on host and stand-in device memory), and per-policy
-// configurations. Run under mpiexec -n 8.
+// replicas at several TP degrees at once (on host and stand-in device memory), per-policy
+// configurations, and the failure schedule's repair of unscheduled deaths. Run under mpiexec -n 8.
 #include <numeric>
 #include <set>
 
@@ -12,6 +12,7 @@
 #include "ntp_layout.hpp"
 #include "param_layout.hpp"
 #include "reshard.hpp"
+#include "schedule.hpp"
 #include "test_util.hpp"
 
 namespace ntp::test {
@@ -310,6 +311,42 @@ INSTANTIATE_TEST_SUITE_P(Degrees, NtpSync,
                            for (int d : info.param) n += std::to_string(d);
                            return n;
                          });
+
+// A death with no kill event (signal mode) comes back after the generator's repair time, as a
+// generated failure would; without a generator, or when the run ends first, it stays dead.
+TEST(Schedule, AnUnscheduledDeathComesBackAfterTheGeneratorsRepairTime) {
+  const std::string generator = "random: {mtbf_steps: 1.0e12, repair_steps: 5, seed: 1}\n";  // no failures of its own
+  Schedule s = Schedule::parse(generator, "gen.yaml", 4, 50);
+  ASSERT_EQ(s.repair_steps(), 5);
+  ASSERT_EQ(s.revives(), 0);
+  EXPECT_EQ(s.repair_unscheduled(10, 3, 50), 15);
+  EXPECT_EQ(s.at(15).revive, std::vector<int>{3});
+  EXPECT_TRUE(s.revival_after(14));
+  EXPECT_EQ(s.repair_unscheduled(10, 3, 50), 0);  // every survivor may call it again: nothing more
+  EXPECT_EQ(s.repair_unscheduled(12, 1, 50), 17);
+  EXPECT_EQ(s.repair_unscheduled(12, 0, 50), 17);
+  EXPECT_EQ(s.at(17).revive, (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.repair_unscheduled(46, 2, 50), 0);  // step 51 is past the run
+  EXPECT_EQ(s.added(), (std::vector<std::pair<int, int>>{{15, 3}, {17, 1}, {17, 0}}));
+
+  // A replacement process replays added() onto the schedule it loads: the same events.
+  Schedule joined = Schedule::parse(generator, "gen.yaml", 4, 50);
+  for (const auto& [step, rank] : s.added()) joined.add_revival(step, rank);
+  EXPECT_EQ(joined.at(15).revive, s.at(15).revive);
+  EXPECT_EQ(joined.at(17).revive, s.at(17).revive);
+  EXPECT_EQ(joined.revives(), 3);
+
+  // A revival already due by then (rank 1's own, at 13) is the repair.
+  Schedule mixed = Schedule::parse("events:\n  - {step: 10, kill: [1]}\n  - {step: 13, revive: [1]}\n" + generator,
+                                   "mixed.yaml", 4, 50);
+  EXPECT_EQ(mixed.repair_unscheduled(9, 1, 50), 0);
+  EXPECT_TRUE(mixed.added().empty());
+
+  Schedule explicit_only = Schedule::parse("events:\n  - {step: 10, kill: [1]}\n", "explicit.yaml", 4, 50);
+  EXPECT_EQ(explicit_only.repair_steps(), 0);
+  EXPECT_EQ(explicit_only.repair_unscheduled(5, 2, 50), 0);
+  EXPECT_FALSE(explicit_only.revival_after(0));
+}
 
 }  // namespace
 }  // namespace ntp::test

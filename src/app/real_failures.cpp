@@ -22,7 +22,7 @@ nlohmann::json to_json(const JoinMessage& m) {
           {"initial_cursor", s.initial_cursor}, {"steps", s.steps}, {"initial_steps", s.initial_steps},
           {"restore_path", s.restore_path}, {"last_checkpoint", m.last_checkpoint},
           {"threads", m.options.threads}, {"recorder", m.recorder}, {"hosts", m.hosts},
-          {"peak_gflops", m.peak.gflops}, {"peak_source", m.peak.source}};
+          {"peak_gflops", m.peak.gflops}, {"peak_source", m.peak.source}, {"added_revivals", m.added_revivals}};
 }
 
 JoinMessage join_message_from_json(const nlohmann::json& j) {
@@ -43,6 +43,7 @@ JoinMessage join_message_from_json(const nlohmann::json& j) {
   m.recorder = j.at("recorder");
   m.hosts = j.at("hosts").get<std::vector<std::string>>();
   m.peak = {j.at("peak_gflops").get<double>(), j.at("peak_source").get<std::string>()};
+  m.added_revivals = j.at("added_revivals").get<std::vector<std::pair<int, int>>>();
   return m;
 }
 
@@ -97,6 +98,7 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
   m.recorder = recorder_;
   m.hosts = hosts_;
   m.peak = peak_;
+  m.added_revivals = schedule_.added();
   broadcast_string(*merged, merged->rank() == 0 ? to_json(m).dump() : std::string());
   adopt(merged->split(0, me_));
   align_clock(false);
@@ -164,6 +166,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       voted = false;
       const std::vector<int> before = members_;
       adopt(group_->shrink());
+      const std::vector<std::pair<int, int>> repairs = repair_unscheduled(s, before);
       if (!alive_[recorder_]) recorder_ = members_.front();
       double times[3] = {t_notice, -t_notice, now() - t0};  // last notice, first notice, repair
       group_->allreduce_max(times, 3);
@@ -199,6 +202,9 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       }
       if (root()) {
         const StepEvents& sched = schedule_.at(s);
+        for (const auto& [r, back] : repairs)
+          fmt::print("step {:5d}: rank {} died unscheduled: back at step {} (the schedule's repair_steps {})\n", s, r,
+                     back, schedule_.repair_steps());
         fmt::print("step {:5d}: rank(s) {} died | first survivor noticed {:.2f} ms into the step, the last {:.2f} ms "
                    "later | revoke + agree + shrink {:.2f} ms\n",
                    s, lost, (first - t_attempt) * 1e3, (times[0] - first) * 1e3, times[2] * 1e3);
@@ -226,6 +232,19 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
   }
 }
 
+// Right after a shrink: every member of `before` that is gone without a kill event in this step's
+// schedule died unscheduled; with a generator in the schedule it is revived repair_steps later
+// (Schedule::repair_unscheduled). Returns (rank, step of its revival) for those added. Nothing here
+// communicates, so a survivor that fails later in the repair and shrinks again still adds the same.
+std::vector<std::pair<int, int>> TrainingRun::repair_unscheduled(int s, const std::vector<int>& before) {
+  std::vector<std::pair<int, int>> added;
+  const StepEvents& sched = schedule_.at(s);
+  for (int r : before)
+    if (!alive_[r] && std::find(sched.kill.begin(), sched.kill.end(), r) == sched.kill.end())
+      if (const int back = schedule_.repair_unscheduled(s, r, o_.steps)) added.emplace_back(r, back);
+  return added;
+}
+
 int run_joined(Comm& parent) {
   const JoinMessage m = join_message_from_json(nlohmann::json::parse(broadcast_string(parent, "")));
   // The new processes were started together: the k-th (its rank in its own MPI_COMM_WORLD) takes
@@ -236,6 +255,7 @@ int run_joined(Comm& parent) {
   Schedule schedule;
   if (!m.options.schedule.empty())
     schedule = Schedule::load(m.options.schedule, int(m.state.alive.size()), m.options.steps, m.hosts);
+  for (const auto& [step, rank] : m.added_revivals) schedule.add_revival(step, rank);
   TrainingRun run(m, me, std::move(group), std::move(schedule));
   const double recovery_seconds = run.join(m.step, m.ranks);
   return run.train(m.step, recovery_seconds);

@@ -39,6 +39,7 @@ struct JoinMessage {
   int recorder = 0;                // logical rank holding the results file
   std::vector<std::string> hosts;  // each logical rank's host at job start
   Peak peak;                       // the run's MFU denominator, fixed at its start
+  std::vector<std::pair<int, int>> added_revivals;  // Schedule::added(): (step, rank)
 };
 
 // Real failures left no replica able to train and no revival is scheduled: the run cannot go on.
@@ -110,6 +111,7 @@ class TrainingRun {
   StepResult attempt(int s, double t_start, double recovery_seconds, double& idle_seconds);
   void report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds);
   double recover(int s, const PeerFailure& e, double t_attempt);
+  std::vector<std::pair<int, int>> repair_unscheduled(int s, const std::vector<int>& before);
   double revive(int s, const std::vector<int>& ranks);
   double reconfigure(int s, const StepEvents& ev);
   void adopt(std::unique_ptr<Comm> group);
@@ -130,7 +132,7 @@ class TrainingRun {
   std::vector<std::unique_ptr<Comm>> retired_groups_;  // earlier groups, never freed: see adopt()
   int me_;                            // logical rank
   std::vector<int> members_;          // logical rank of each group member
-  const Schedule schedule_;
+  Schedule schedule_;  // grows by the repairs of unscheduled deaths (Schedule::repair_unscheduled)
   const std::vector<std::string> hosts_;  // each logical rank's host at job start
   const int threads_;
   std::unique_ptr<Trainer> trainer_;

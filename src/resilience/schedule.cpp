@@ -1,6 +1,7 @@
 #include "schedule.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <set>
@@ -175,8 +176,9 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
 
 // The 'random' generator: each rank without explicit events, while alive, fails at each step with
 // probability 1/mtbf (exponential inter-arrival in steps) and comes back repair_steps later.
-void add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int>& explicit_ranks, int world_size,
-                         int steps, std::map<int, StepEvents>& events) {
+// Returns repair_steps (capped to an int).
+int add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int>& explicit_ranks, int world_size,
+                        int steps, std::map<int, StepEvents>& events) {
   if (!rnd.IsMap()) c.fail(rnd, "'random' must be a mapping {mtbf_steps: ..., repair_steps: ..., seed: ...}");
   c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed", "at"}, "'random'");
   for (const char* k : {"mtbf_steps", "repair_steps", "seed"})
@@ -204,6 +206,7 @@ void add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int
       step = int(back);  // alive again from `back`; the loop's ++ moves past it
     }
   }
+  return static_cast<int>(std::min<long long>(repair, std::numeric_limits<int>::max()));
 }
 
 }  // namespace
@@ -237,7 +240,8 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
     for (const auto& r : raw) explicit_ranks.insert(r.rank);
     apply_events(c, std::move(raw), world_size, s.events_);
   }
-  if (const auto rnd = root["random"]) add_random_failures(c, rnd, explicit_ranks, world_size, steps, s.events_);
+  if (const auto rnd = root["random"])
+    s.repair_steps_ = add_random_failures(c, rnd, explicit_ranks, world_size, steps, s.events_);
   for (auto& [step, e] : s.events_) {
     std::vector<std::pair<int, KillAt>> kills;
     for (std::size_t i = 0; i < e.kill.size(); ++i) kills.emplace_back(e.kill[i], e.kill_at[i]);
@@ -262,6 +266,21 @@ bool Schedule::revival_after(int step) const {
   for (auto it = events_.upper_bound(step); it != events_.end(); ++it)
     if (!it->second.revive.empty()) return true;
   return false;
+}
+
+int Schedule::repair_unscheduled(int step, int rank, int steps) {
+  if (repair_steps_ == 0 || step > steps - repair_steps_) return 0;
+  const int back = step + repair_steps_;
+  for (auto it = events_.upper_bound(step); it != events_.end() && it->first <= back; ++it)
+    if (std::find(it->second.revive.begin(), it->second.revive.end(), rank) != it->second.revive.end()) return 0;
+  add_revival(back, rank);
+  return back;
+}
+
+void Schedule::add_revival(int step, int rank) {
+  auto& revive = events_[step].revive;
+  revive.insert(std::upper_bound(revive.begin(), revive.end(), rank), rank);
+  added_.emplace_back(step, rank);
 }
 
 int Schedule::kills() const {

@@ -60,8 +60,24 @@ class Schedule {
   int revives() const;
   const std::map<int, StepEvents>& events() const { return events_; }
 
+  // The generator's repair time (`random: repair_steps`); 0 when the schedule has no generator.
+  int repair_steps() const { return repair_steps_; }
+  // A process of logical rank `rank` died at `step` with no kill event for it (signal mode: killed
+  // from outside, or taken down by the MPI with another's failure). With a generator the rank comes
+  // back repair_steps later, as a generated failure would: a revival is added there, unless one is
+  // already due by then or that step is past `steps`. Returns the added revival's step, or 0.
+  // Every survivor calls it with the same arguments (after the shrink's agreement), so their
+  // schedules stay the same; a repeated call adds nothing.
+  int repair_unscheduled(int step, int rank, int steps);
+  // Adds a revival of `rank` at `step` (repair_unscheduled's; a replacement process replays added()).
+  void add_revival(int step, int rank);
+  // The revivals added while the run goes, (step, rank) in the order added.
+  const std::vector<std::pair<int, int>>& added() const { return added_; }
+
  private:
   std::map<int, StepEvents> events_;
+  int repair_steps_ = 0;
+  std::vector<std::pair<int, int>> added_;
 };
 
 }  // namespace ntp

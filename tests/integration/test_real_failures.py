@@ -130,6 +130,25 @@ def test_unscheduled_kill_from_outside(tmp_path):
     replay(out)
 
 
+def test_an_unscheduled_death_comes_back_after_the_generators_repair_time(tmp_path):
+    """With a `random` generator in the schedule, a process that dies with no kill event for it
+    (here kill -9 from outside; in long runs also one Open MPI takes down with another's failure)
+    is revived repair_steps later, as a generated failure would be."""
+    out = tmp_path / "repaired.h5"
+    quiet = schedule(tmp_path, "random: {mtbf_steps: 1.0e12, repair_steps: 4, seed: 1}\n")  # no failures of its own
+    code, output = run_and_kill(tmp_path, out, 4, ["--tp", 2, "--steps", 40, "--schedule", quiet], victim=3,
+                                min_steps=5)
+    assert code == 0 and "done: 40 steps" in output, output
+    (died, rank, detail), = kill_details(out)
+    assert rank == 3 and detail.startswith("unscheduled"), detail
+    assert f"rank 3 died unscheduled: back at step {died + 4}" in output, output
+    revived = [(step, r) for step, kind, r in events(out) if kind == "revive"]
+    assert revived == [(died + 4, 3)], revived
+    check_new_process(out, 3)
+    assert replicas(out).tolist()[-1] == [2, 2]
+    replay(out)
+
+
 def test_logical_rank_zero_killed_the_recorder_moves(tmp_path):
     out = tmp_path / "r0.h5"
     text = "events:\n  - {step: 3, kill: [0], at: backward}\n  - {step: 6, revive: [0]}\n"
