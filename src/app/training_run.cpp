@@ -458,11 +458,18 @@ int TrainingRun::finish() {
   double tokens = 0, committed = 0, step_s = 0;
   for (const auto& row : rec_->rows())
     tokens += row.tokens, committed += row.tokens_committed, step_s += row.t_end - row.t_start;
+  // The loss of the last step that trained: a run can end with every replica down (idle rows have none).
+  std::string final_loss = "final loss - (no step trained)";
+  for (auto it = rec_->rows().rbegin(); it != rec_->rows().rend(); ++it)
+    if (it->samples > 0) {
+      final_loss = fmt::format("final loss {:.4f}", it->loss);
+      if (it->step != o_.steps) final_loss += fmt::format(" (step {}; idle since)", it->step);
+      break;
+    }
   fmt::print("done: {} steps, {:.0f} tokens ({:.0f} committed) in {:.2f} s | throughput {:.0f} tok/s | goodput "
-             "{:.0f} tok/s | final loss {:.4f}\nwrote {}{}\n",
-             o_.steps, tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall,
-             rec_->rows().empty() ? 0.0 : rec_->rows().back().loss, o_.out,
-             last_ckpt_.empty() ? "" : " and checkpoint " + last_ckpt_);
+             "{:.0f} tok/s | {}\nwrote {}{}\n",
+             o_.steps, tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall, final_loss,
+             o_.out, last_ckpt_.empty() ? "" : " and checkpoint " + last_ckpt_);
   if (code != 0)
     std::fprintf(stderr, "ntpbench: error: the last step's loss is not finite (%d step(s) skipped by --on-nonfinite "
                  "skip); the training diverged\n", skipped_steps_);
