@@ -67,7 +67,7 @@ help:
 	@echo "make test-cluster the multi-node tests alone: a 3-node Slurm cluster in network namespaces (root)"
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
-	@echo "make soak    $(RANKS) ranks of tiny under random failures (jobs/schedules/soak.yaml), every policy, SOAK_STEPS=$(SOAK_STEPS) steps: finishes, replays, memory and fds flat"
+	@echo "make soak    $(RANKS) ranks of tiny under random failures (jobs/schedules/soak.yaml), every policy, SOAK_STEPS=$(SOAK_STEPS) steps: finishes, replays, memory and fds flat (under real kills: beyond what Open MPI keeps per replaced process, measured first by bench/ulfm_respawn_cost)"
 	@echo "make gpu-bundle  build-gpu/ + gpu-bundle/: the GPU check's binaries (CUDA arch 90) and every library they need (jobs/gpu/README.md)"
 
 deps: apt-deps py-deps

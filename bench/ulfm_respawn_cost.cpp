@@ -71,7 +71,8 @@ MPI_Comm returning(MPI_Comm c) {
 // a process that is still here after the limit ends with a message rather than hang the job.
 void arm_deadline(unsigned seconds) {
   std::signal(SIGALRM, [](int) {
-    static const char msg[] = "ulfm_respawn_cost: error: still running at the time limit (--timeout); the MPI hung in a repair\n";
+    static const char msg[] =
+        "ulfm_respawn_cost: error: still running at the time limit (--timeout); the MPI hung in a repair\n";
     [[maybe_unused]] auto w = write(2, msg, sizeof msg - 1);
     std::_Exit(5);
   });
@@ -194,8 +195,11 @@ int main(int argc, char** argv) {
     // The fit starts once every peer has been replaced once (cycle n - 1): before that each cycle
     // also opens the first connection to a new job, which the descriptor count shows separately.
     std::vector<double> x, rss, heap;
-    for (std::size_t c = static_cast<std::size_t>(n - 1); c < samples.size(); ++c)
-      x.push_back(double(c)), rss.push_back(double(samples[c].rss_bytes)), heap.push_back(double(samples[c].heap_bytes));
+    for (std::size_t c = static_cast<std::size_t>(n - 1); c < samples.size(); ++c) {
+      x.push_back(double(c));
+      rss.push_back(double(samples[c].rss_bytes));
+      heap.push_back(double(samples[c].heap_bytes));
+    }
     const bool fitted = x.size() >= 3;
     const double rss_per = fitted ? slope(x, rss) : 0, heap_per = fitted ? slope(x, heap) : 0;
     int fd_max = 0;
@@ -211,7 +215,8 @@ int main(int argc, char** argv) {
                 samples.front().rss_bytes / 1e6, samples.back().rss_bytes / 1e6, rss_per / 1e3, heap_per / 1e3);
     std::printf("  rank 0 open descriptors %d -> %d (max %d) for %d peers\n", samples.front().open_fds,
                 samples.back().open_fds, fd_max, n - 1);
-    if (!fitted) std::printf("  too few cycles after the first round of replacements to fit a cost (--cycles >= %d)\n", n + 2);
+    if (!fitted)
+      std::printf("  too few cycles after the first round of replacements to fit a cost (--cycles >= %d)\n", n + 2);
     if (!json_path.empty()) {
       nlohmann::json j = {{"ranks", n}, {"cycles", run.cycles}, {"keep_handles", run.keep_handles},
                           {"library", library}, {"rss_bytes_per_replacement", rss_per},

@@ -34,8 +34,8 @@ int run_replay(const Options& cli, Comm& world) {
       if (committed[i] > 0) s2.push_back(steps[i]), b2.push_back(begins[i]), n2.push_back(samples[i]);
     steps.swap(s2), begins.swap(b2), samples.swap(n2);
     if (!h5::has_attr(f.id(), "/", "final_checkpoint"))
-      throw UsageError(cli.replay + " has no final checkpoint (was it run with --no-final-checkpoint, cut short, or did it end with every "
-                       "replica down?): nothing to replay against");
+      throw UsageError(cli.replay + " has no final checkpoint (was it run with --no-final-checkpoint, cut short, "
+                       "or did it end with every replica down?): nothing to replay against");
     ckpt = h5::get_attr_string(f.id(), "/", "final_checkpoint");
   }
   if (steps.empty()) throw UsageError(cli.replay + " records no steps");

@@ -9,7 +9,7 @@
 //     - {step: 20, revive_node: node2}       # new processes for them, placed on node2
 //   random:                      # and/or a seeded generator
 //     mtbf_steps: 200            # mean steps between failures of one rank (exponential)
-//     repair_steps: 20           # a failed rank is revived this many steps later
+//     repair_steps: 20           # a failed rank is revived this many steps later (also an unscheduled death)
 //     seed: 7
 //     at: any                    # optional: the phase of its kills (default start; any: drawn)
 //
