@@ -152,10 +152,12 @@ def check_file(path: str, cost: LibraryCost | None = None) -> tuple[dict, list[s
             problems.append(f"the library cost was measured at {cost.ranks} ranks, this run has {rss.shape[1]}: "
                             f"run ulfm_respawn_cost with -np {rss.shape[1]}")
         else:
-            revived = np.array([int(e["step"]) for e, k in zip(events, kinds) if k == "revive"], dtype=float)
+            # Row i holds the samples taken after step i + 1; a revival at step s (at its start)
+            # first shows in row s - 1.
+            first_row = np.array([int(e["step"]) - 1 for e, k in zip(events, kinds) if k == "revive"], dtype=float)
 
             def replaced(a: float, b: float) -> int:
-                return int(np.count_nonzero((revived > a) & (revived <= b)))
+                return int(np.count_nonzero((first_row > a) & (first_row <= b)))
 
             def rss_allow(a, b):
                 return replaced(a, b) * cost.rss_bytes_per_replacement

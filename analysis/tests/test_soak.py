@@ -125,9 +125,9 @@ def replaced_run(rng, leak_per_step=0):
     per replaced peer up to the peer count."""
     revived_at = list(range(10, STEPS, 10))
     rss, fds = flat(rng)
-    for s in revived_at:
-        rss[s:] += COST_RSS
-        fds[s:] += 1 if s // 10 < RANKS else 0
+    for s in revived_at:  # row i is sampled after step i + 1: a revival at step s shows from row s - 1
+        rss[s - 1:] += COST_RSS
+        fds[s - 1:] += 1 if s // 10 < RANKS else 0
     rss += (np.arange(STEPS) * leak_per_step)[:, None]
     return rss, fds, revived_at
 
