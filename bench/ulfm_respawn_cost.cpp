@@ -156,7 +156,6 @@ int main(int argc, char** argv) {
     retire(merged);
   }
   arm_deadline(timeout);
-  std::signal(SIGPIPE, SIG_IGN);  // as ntpbench (TrainingRun::arm): a write to a dead peer must not end a survivor
   returning(comm);
   int n = 0;
   MPI_Comm_size(comm, &n);

@@ -2,7 +2,7 @@
 // report and row, checkpoints and the end of the run.
 #include "training_run.hpp"
 
-#include <csignal>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,12 +88,6 @@ Peak find_peak(const Options& o, Comm& world, int threads) {
 // Signal mode: the trainer agrees before every update and strikes this rank's scheduled death.
 void TrainingRun::arm() {
   if (!signal()) return;
-  // Open MPI writes to the socket of a peer that has just died (its TCP transport, PMIx), and the
-  // default action of the SIGPIPE that follows ends this process at once, with no message and no
-  // core. Such survivors were the "unscheduled" deaths of long real-kill runs (0-6 per 1,000
-  // soak steps; seen with a SIGPIPE handler). Ignored, the write fails with EPIPE instead and the
-  // MPI reports the peer's death, as it does for every other path.
-  std::signal(SIGPIPE, SIG_IGN);
   trainer_->set_commit_agreement(true);
   trainer_->set_step_hook([this](StepPoint p) {
     if (doom_ && *doom_ != KillAt::Start && step_point(*doom_) == p) die();
