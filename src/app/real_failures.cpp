@@ -232,15 +232,15 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
   }
 }
 
-// Right after a shrink: every member of `before` that is gone without a kill event in this step's
-// schedule died unscheduled; with a generator in the schedule it is revived repair_steps later
-// (Schedule::repair_unscheduled). Returns (rank, step of its revival) for those added. Nothing here
-// communicates, so a survivor that fails later in the repair and shrinks again still adds the same.
+// Right after a shrink: every member of `before` that is gone and had no kill event in this step
+// died unscheduled; with a generator in the schedule it is revived repair_steps later
+// (Schedule::repair_unscheduled decides). Returns (rank, step of its revival) for those added.
+// Nothing here communicates, so a survivor that fails later in the repair and shrinks again still
+// adds the same.
 std::vector<std::pair<int, int>> TrainingRun::repair_unscheduled(int s, const std::vector<int>& before) {
   std::vector<std::pair<int, int>> added;
-  const StepEvents& sched = schedule_.at(s);
   for (int r : before)
-    if (!alive_[r] && std::find(sched.kill.begin(), sched.kill.end(), r) == sched.kill.end())
+    if (!alive_[r])
       if (const int back = schedule_.repair_unscheduled(s, r, o_.steps)) added.emplace_back(r, back);
   return added;
 }

@@ -270,6 +270,8 @@ bool Schedule::revival_after(int step) const {
 
 int Schedule::repair_unscheduled(int step, int rank, int steps) {
   if (repair_steps_ == 0 || step > steps - repair_steps_) return 0;
+  const auto& killed = at(step).kill;
+  if (std::find(killed.begin(), killed.end(), rank) != killed.end()) return 0;  // a scheduled death
   const int back = step + repair_steps_;
   for (auto it = events_.upper_bound(step); it != events_.end() && it->first <= back; ++it)
     if (std::find(it->second.revive.begin(), it->second.revive.end(), rank) != it->second.revive.end()) return 0;

@@ -62,9 +62,10 @@ class Schedule {
 
   // The generator's repair time (`random: repair_steps`); 0 when the schedule has no generator.
   int repair_steps() const { return repair_steps_; }
-  // A process of logical rank `rank` died at `step` with no kill event for it (signal mode: killed
-  // from outside, or taken down by the MPI with another's failure). With a generator the rank comes
-  // back repair_steps later, as a generated failure would: a revival is added there, unless one is
+  // A process of logical rank `rank` died at `step`. Unless this step has a kill event for it (then
+  // the schedule's own revival brings it back), it died unscheduled (signal mode: killed from
+  // outside, or with another rank's failure); with a generator the rank then comes back
+  // repair_steps later, as a generated failure would: a revival is added there, unless one is
   // already due by then or that step is past `steps`. Returns the added revival's step, or 0.
   // Every survivor calls it with the same arguments (after the shrink's agreement), so their
   // schedules stay the same; a repeated call adds nothing.
