@@ -47,6 +47,8 @@ APT_PACKAGES += iproute2 util-linux
 APT_PACKAGES += patchelf
 # clang, its libFuzzer and sanitizer runtimes, and its OpenMP: `make fuzz` (fuzz/CMakeLists.txt).
 APT_PACKAGES += clang libclang-rt-14-dev libomp-14-dev
+# gdb: a test or soak run that hangs prints every process's stacks (tests/timeout_with_stacks.sh).
+APT_PACKAGES += gdb
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Open MPI refuses root unless told; ranks may outnumber cores on a workstation.
@@ -190,8 +192,8 @@ soak: build py-deps
 	fi; \
 	for p in $(DEMO_POLICIES); do \
 	  echo "== soak: policy $$p, $(SOAK_STEPS) steps, kill mode $(SOAK_KILL_MODE)"; start=$$(date +%s); \
-	  timeout $(SOAK_TIMEOUT) $(MPIRUN) -np $(RANKS) -x OMP_NUM_THREADS=1 $(NTPBENCH) $(SOAK_FLAGS) --policy $$p \
-	    --out $(SOAK_OUT)/$$p.h5; rc=$$?; \
+	  tests/timeout_with_stacks.sh $(SOAK_TIMEOUT) $(MPIRUN) -np $(RANKS) -x OMP_NUM_THREADS=1 $(NTPBENCH) $(SOAK_FLAGS) \
+	    --policy $$p --out $(SOAK_OUT)/$$p.h5; rc=$$?; \
 	  echo "soak: policy $$p ran $$(( $$(date +%s) - start )) s, mpirun exit $$rc"; \
 	  [ $$rc -ne 124 ] || { echo "soak: policy $$p timed out"; fail=1; continue; }; \
 	  [ $$rc -eq 0 ] || { echo "soak: policy $$p: mpirun exited $$rc"; fail=1; }; \

@@ -37,10 +37,19 @@ def binary():
         pytest.fail(f"{NTPBENCH} is missing: run `make build` first")
 
 
+# timeout(1) that first prints every process's stacks (gdb) when the job hangs.
+TIMEOUT_WITH_STACKS = ROOT / "tests" / "timeout_with_stacks.sh"
+
+
 def ntpbench(ranks, *args, check=True, timeout=300):
-    """Runs `mpirun -np ranks ntpbench args...`; returns the CompletedProcess."""
+    """Runs `mpirun -np ranks ntpbench args...`; returns the CompletedProcess. A run still going
+    after `timeout` seconds fails the test with where each of its processes waited."""
     cmd = [*MPIRUN, "-np", str(ranks), str(NTPBENCH), *map(str, args)]
-    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run([str(TIMEOUT_WITH_STACKS), str(timeout), *cmd], env=ENV, capture_output=True, text=True,
+                       timeout=timeout + 600)
+    if p.returncode == 124:
+        raise AssertionError(f"{' '.join(cmd)} hung: still running after {timeout} s\n{p.stdout[-3000:]}\n"
+                             f"{p.stderr[-60000:]}")
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return p
