@@ -145,6 +145,11 @@ void add_failure_and_timing_flags(CLI::App& app, Options& o) {
                  "the job runs with ULFM, else fence; also fence on a job of several hosts whose schedule revives "
                  "ranks (Open MPI 5.0 cannot connect a process spawned there)")
       ->check(CLI::IsMember({"signal", "fence"}));
+  add_real(app, "--hang-timeout", o.hang_timeout,
+           "Seconds a rank may go without progress (no phase of a step, repair, revival or checkpoint ending) "
+           "before it prints where it waits and ends the job with exit code 5; the limit grows to 10x the "
+           "longest step so far and to 20x the step the model's FLOPs predict at the peak. 0: wait for ever")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--on-nonfinite", o.on_nonfinite,
                  "A non-finite loss or gradient norm, caught before the update touches any parameter: stop (record "
                  "the step as not committed, end the run with exit code 4) or skip (no update, the batch is "
@@ -270,7 +275,8 @@ ParseResult parse_options(int argc, char** argv, bool print) {
       "Exit codes: 0 the run finished; 1 an internal or MPI error on some rank (its message names it); 2 bad "
       "flags, schedule, config or checkpoint; 3 failures left no replica able to train and no "
       "revival is scheduled (the results file holds every step so far); 4 a non-finite loss or gradient norm; 5 "
-      "new processes for a revival did not join within 300 s (Open MPI did not report why).");
+      "a rank made no progress within --hang-timeout, or new processes for a revival did not join within 300 s "
+      "(the MPI library reported nothing: a peer stopped without dying, or the library itself hangs).");
   try {
     app.parse(argc, argv);
     resolve(m, o);

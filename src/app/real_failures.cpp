@@ -78,6 +78,7 @@ void TrainingRun::adopt(std::unique_ptr<Comm> group) {
 // Signal mode, on the survivors: new processes take the dead logical ranks `ranks`
 // (MPI_Comm_spawn, then merged), are told the run's state, and are healed from their peers.
 double TrainingRun::revive(int s, const std::vector<int>& ranks) {
+  progress(s, "a revival: spawn, merge, heal");
   const double t_event = now();
   std::vector<std::string> args;  // the child learns everything from the join message
   // On a job of several hosts, each replacement goes back to its rank's host (a node's ranks to
@@ -115,6 +116,7 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
 
 // A new process's side of revive(): the same adoption and reconfiguration.
 double TrainingRun::join(int s, const std::vector<int>& ranks) {
+  progress(s, "joining the survivors");
   members_ = group_->allgather(me_);
   align_clock(true);
   record_processes(ranks);
@@ -159,6 +161,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
   double total = 0;
   bool voted = dynamic_cast<const CommitRefused*>(&e) != nullptr;
   for (;;) {
+    progress(s, "the repair after a failure: revoke, agree, shrink, reconfigure");
     try {
       const double t0 = now();
       trainer_->revoke_all();

@@ -63,6 +63,15 @@ StepPoint step_point(KillAt at) {
   }
 }
 
+const char* step_point_name(StepPoint p) {
+  switch (p) {
+    case StepPoint::Forward: return "forward";
+    case StepPoint::Backward: return "backward";
+    case StepPoint::Sync: return "gradient sync";
+    default: return "optimizer";
+  }
+}
+
 // A scheduled kill in signal mode: the process ends here, as a crashed GPU's host process would.
 [[noreturn]] void die() {
   std::fflush(nullptr);
@@ -85,16 +94,33 @@ Peak find_peak(const Options& o, Comm& world, int threads) {
   return {peak.gflops, peak.source};
 }
 
-// Signal mode: the trainer agrees before every update and strikes this rank's scheduled death.
-void TrainingRun::arm() {
-  if (!signal()) return;
-  trainer_->set_commit_agreement(true);
+// The trainer calls back at each phase of a step: the watchdog hears of the progress, and in
+// signal mode this rank's scheduled death strikes there (the trainer then also agrees before
+// every update). The watchdog's limit is --hang-timeout, or 20x the step the model's FLOPs take
+// at the peak on this rank's share if that is more (a large model on a slow device).
+void TrainingRun::hook_into_steps() {
+  const double predicted = peak_.gflops > 0 ? training_flops(o_.model, replica_batch(o_), o_.seq) /
+                                                  (double(o_.tp) * o_.pp * peak_.gflops * 1e9)
+                                            : 0;
+  hang_limit_ = o_.hang_timeout > 0 ? std::max(o_.hang_timeout, 20 * predicted) : 0;
+  if (signal()) trainer_->set_commit_agreement(true);
   trainer_->set_step_hook([this](StepPoint p) {
+    progress(step_, step_point_name(p));
     if (doom_ && *doom_ != KillAt::Start && step_point(*doom_) == p) die();
   });
 }
 
+void TrainingRun::progress(int s, const char* what) {
+  if (hang_limit_ <= 0) return;
+  watchdog_.arm(hang_limit_,
+                fmt::format("rank {} made no progress for {:.0f} s in step {} ({}): a peer has stopped without "
+                            "dying, or the MPI library hangs; this process ends so that the job does (exit code 5; "
+                            "--hang-timeout sets the limit){}",
+                            me_, hang_limit_, s, what, root() ? "; the results file holds the steps before it" : ""));
+}
+
 void TrainingRun::open_results() {
+  progress(0, "the start of the run");
   if (root()) {
     rec_ = std::make_unique<Recorder>(o_.out, o_.overwrite, group_->size(), trainer_->topology().replicas);
     const nlohmann::json env = environment_record();
@@ -178,6 +204,7 @@ double TrainingRun::apply_events(int s) {
 
 // Fence mode: every rank applies the schedule's membership at once.
 double TrainingRun::reconfigure(int s, const StepEvents& ev) {
+  progress(s, "a reconfiguration");
   const double t_event = now();
   for (int r : ev.kill) alive_[r] = 0;
   for (int r : ev.revive) alive_[r] = 1;
@@ -242,12 +269,16 @@ void TrainingRun::record_recovery(int s, const StepEvents& ev, const Recovery& r
 }
 
 void TrainingRun::run_step(int s, double recovery_seconds) {
+  step_ = s;
   for (;;) {
     const double t_start = now();
     double idle_seconds = 0;
+    progress(s, "its start");
     try {
       if (doom_ == KillAt::Start) die();
       const StepResult r = attempt(s, t_start, recovery_seconds, idle_seconds);
+      // A long step (a large model, a slow device) raises the limit: 10x the longest so far.
+      if (hang_limit_ > 0) hang_limit_ = std::max(hang_limit_, 10 * (now() - t_start));
       report(s, r, t_start, recovery_seconds, idle_seconds);
       if (r.nonfinite) {
         // Every rank knows (the trainer reduced the flag): the same decision everywhere.
@@ -291,6 +322,7 @@ StepResult TrainingRun::attempt(int s, double t_start, double recovery_seconds, 
     idle_seconds = wait;
   }
   const StepResult r = trainer_->step();  // with no active replica: advances nothing
+  progress(s, "the barrier and the report after the update");
   // The step has committed (or the idle slot passed): a failure from here on does not undo it.
   last_ = r;
   finished_ = {s, r, t_start, now(), recovery_seconds, idle_seconds};
@@ -396,6 +428,7 @@ void TrainingRun::write_missing_row() {
 void TrainingRun::maybe_checkpoint(int s, bool trained) {
   if (o_.checkpoint_every <= 0 || !trained || trainer_->steps_taken() % o_.checkpoint_every != 0) return;
   const std::string path = checkpoint_path(o_, trainer_->steps_taken());
+  progress(s, "a checkpoint");
   const double tc = now();
   if (trainer_->save_checkpoint(path)) {
     last_ckpt_ = path;
@@ -411,6 +444,12 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
 
 // The final checkpoint (for --replay and resuming), /summary, and the closing line.
 int TrainingRun::train(int first, double recovery_before_first) {
+  const int code = train_steps(first, recovery_before_first);
+  watchdog_.disarm();
+  return code;
+}
+
+int TrainingRun::train_steps(int first, double recovery_before_first) {
   try {
     for (int s = first; s <= o_.steps; ++s) {
       const bool done = s == first && recovery_before_first >= 0;
@@ -431,6 +470,7 @@ void TrainingRun::write_final_checkpoint() {
   for (;;) {
     const std::string final_path = checkpoint_path(o_, trainer_->steps_taken());
     if (!o_.final_checkpoint || last_ckpt_ == final_path) return;
+    progress(o_.steps, "the final checkpoint");
     const double t_start = now();
     try {
       if (trainer_->save_checkpoint(final_path)) last_ckpt_ = final_path;
@@ -448,6 +488,7 @@ void TrainingRun::write_final_checkpoint() {
 int TrainingRun::finish() {
   // Every rank knows whether the last step was non-finite (the trainer reduced the flag).
   const int code = last_.nonfinite ? 4 : 0;
+  progress(o_.steps, "the end of the run");
   const GroupBarrierOnExit last{*group_};
   if (!root()) return code;
   const double wall = now();
@@ -478,6 +519,7 @@ int TrainingRun::finish() {
 }
 
 void TrainingRun::abandon(const NoProgress& e) {
+  progress(step_, "the end of the run");
   const GroupBarrierOnExit last{*group_};
   if (!root()) return;
   if (!rec_) take_over_recorder({});

@@ -16,6 +16,7 @@
 #include "recorder.hpp"
 #include "schedule.hpp"
 #include "trainer.hpp"
+#include "watchdog.hpp"
 
 namespace ntp {
 
@@ -63,7 +64,7 @@ class TrainingRun {
     o_.opt.total_steps = trainer_->steps_taken() + o_.steps;
     peak_ = find_peak(o_, world, threads_);
     for (int r = 0; r < world.size(); ++r) members_.push_back(r);
-    arm();
+    hook_into_steps();
   }
   // A replacement process: the survivors' state from `m`, over `group` (which includes it).
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
@@ -76,7 +77,7 @@ class TrainingRun {
     trainer_ = std::make_unique<Trainer>(o_, *group_, o_.micro_batch, js);
     t0_ = std::chrono::steady_clock::now() - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                    std::chrono::duration<double>(m.elapsed));
-    arm();
+    hook_into_steps();
   }
 
   void open_results();
@@ -91,6 +92,7 @@ class TrainingRun {
   // the exit code: 0; 3 when failures leave no way forward; 4 for a non-finite loss or gradient
   // norm (a stop, or a last step that --on-nonfinite skip could not save).
   int train(int first, double recovery_before_first = -1);
+  int train_steps(int first, double recovery_before_first);
   void write_final_checkpoint();
   int finish();
   // After NoProgress: the root closes the file with what it holds (a /summary over the rows).
@@ -107,7 +109,9 @@ class TrainingRun {
   }
   bool signal() const { return o_.kill_mode == "signal"; }
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
-  void arm();
+  void hook_into_steps();
+  // This rank is at `what` of step s: the watchdog's countdown starts again (--hang-timeout).
+  void progress(int s, const char* what);
   StepResult attempt(int s, double t_start, double recovery_seconds, double& idle_seconds);
   void report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds);
   double recover(int s, const PeerFailure& e, double t_attempt);
@@ -160,6 +164,9 @@ class TrainingRun {
   double last_step_seconds_ = 0;
   double recorder_seconds_ = 0;  // rank 0's time appending and flushing rows
   int skipped_steps_ = 0;        // --on-nonfinite skip
+  int step_ = 0;                 // the step being attempted (the step hook's progress names it)
+  double hang_limit_ = 0;        // the watchdog's limit in seconds (0: off); see hook_into_steps()
+  Watchdog watchdog_;
 };
 // A string from the group's rank 0 to every member.
 std::string broadcast_string(Comm& c, std::string s);

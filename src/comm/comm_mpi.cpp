@@ -12,10 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -23,6 +21,7 @@
 #include "comm.hpp"
 #include "comm_mpi.hpp"
 #include "fault.hpp"
+#include "watchdog.hpp"
 
 namespace ntp {
 
@@ -57,41 +56,18 @@ void check(int rc, const char* what) {
 // Open MPI 5.0.11 can wait for ever in MPI_Comm_spawn or MPI_Intercomm_merge when a new process
 // fails to start or to connect (seen in a long real-kill soak: a spawned process's TCP bind
 // failed and its parents waited until the job was killed); neither call reports it. Within such a
-// call a Deadline ends this process with a message after spawn_seconds() instead (exit code 5;
+// call a Watchdog ends this process with a message after spawn_seconds() instead (exit code 5;
 // every member of the group has its own, so the whole job ends). A healthy spawn takes 1-2 s.
 double spawn_seconds() {
   const char* env = std::getenv("NTPBENCH_SPAWN_TIMEOUT_S");  // for tests (README, "Real failures")
   const double s = env ? std::atof(env) : 0;
   return s > 0 ? s : 300;
 }
-class Deadline {
- public:
-  explicit Deadline(std::string what) : what_(std::move(what)), thread_([this] { watch(); }) {}
-  ~Deadline() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-
- private:
-  void watch() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const double limit = spawn_seconds();
-    if (cv_.wait_for(lock, std::chrono::duration<double>(limit), [this] { return done_; })) return;
-    std::fprintf(stderr, "ntpbench: error: %s did not finish within %.0f s; Open MPI reported nothing, so this "
-                 "process ends (exit code 5)\n", what_.c_str(), limit);
-    std::fflush(nullptr);
-    std::_Exit(5);
-  }
-  std::string what_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;  // last: it starts once the rest is ready
-};
+void arm_spawn_deadline(Watchdog& w, const std::string& what) {
+  const double limit = spawn_seconds();
+  w.arm(limit, what + " did not finish within " + std::to_string(static_cast<int>(limit)) +
+                   " s; Open MPI reported nothing, so this process ends (exit code 5)");
+}
 
 // Intercommunicators to spawned processes (or, in one, to its parents): they stay open for the
 // whole run (a process holding one ends without MPI_Finalize: finish_mpi).
@@ -302,7 +278,8 @@ class MpiComm final : public Comm {
       MPI_Info_create(&info);
       MPI_Info_set(info, "host", list.c_str());
     }
-    const Deadline deadline("MPI_Comm_spawn of " + std::to_string(count) + " new process(es) and their merge");
+    Watchdog deadline;
+    arm_spawn_deadline(deadline, "MPI_Comm_spawn of " + std::to_string(count) + " new process(es) and their merge");
     const int rc = MPI_Comm_spawn(command.c_str(), argv.data(), count, info, 0, comm_, &inter, codes.data());
     if (info != MPI_INFO_NULL) MPI_Info_free(&info);
     check(rc, "MPI_Comm_spawn");
@@ -338,7 +315,8 @@ std::unique_ptr<Comm> join_parent() {
   MPI_Comm_get_parent(&parent);
   if (parent == MPI_COMM_NULL) return nullptr;
   spawn_links().push_back(returning_errors(parent));
-  const Deadline deadline("a new process's merge with the survivors (MPI_Intercomm_merge)");
+  Watchdog deadline;
+  arm_spawn_deadline(deadline, "a new process's merge with the survivors (MPI_Intercomm_merge)");
   check(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");  // after the parents
   repaired() = true;
   return std::make_unique<MpiComm>(merged, true);

@@ -40,6 +40,7 @@ nlohmann::json to_json(const Options& o) {
       {"policy", o.policy},
       {"kill_mode", o.kill_mode},
       {"on_nonfinite", o.on_nonfinite},
+      {"hang_timeout", o.hang_timeout},
       {"timing", o.timing},
       {"pacing",
        {{"device_gflops", o.pacing.device_gflops}, {"tp_gbps", o.pacing.tp_gbps}, {"dp_gbps", o.pacing.dp_gbps},
@@ -94,6 +95,7 @@ Options options_from_json(const nlohmann::json& j) {
   o.policy = j.value("policy", "ntp");
   o.kill_mode = j.value("kill_mode", "fence");  // files from before real kills: fence
   o.on_nonfinite = j.value("on_nonfinite", "stop");
+  o.hang_timeout = j.value("hang_timeout", 600.0);
   o.timing = j.value("timing", "wall");
   if (j.contains("pacing")) {
     const auto& q = j.at("pacing");

@@ -44,6 +44,10 @@ struct Options {
   std::string kill_mode;
   // A non-finite loss or gradient norm: stop (the run ends, exit 4) or skip the update.
   std::string on_nonfinite = "stop";
+  // A rank that makes no progress (no phase of a step, repair, revival or checkpoint ends) for
+  // this long, or 10x its longest step so far if that is more, ends the job (exit code 5): the way
+  // out of a hang no error ends. 0: never.
+  double hang_timeout = 600;
   std::string timing = "wall";   // wall or paced
   PacingConfig pacing;
   bool check = false;            // validate configuration and schedule, then exit
