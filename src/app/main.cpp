@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
       parent.reset();
       return ntp::finish_mpi(code);
     }
+    ntp::connect_world();
     // Every rank parses the same arguments and so reaches the same verdict; rank 0 speaks.
     ntp::ParseResult parsed = ntp::parse_options(argc, argv, rank == 0);
     if (!parsed.options) {

@@ -101,6 +101,11 @@ inline std::unique_ptr<Comm> Comm::spawn(const std::string&, const std::vector<s
 
 // The whole job (MPI_COMM_WORLD). MPI must be initialised.
 std::unique_ptr<Comm> world_comm();
+// Under ULFM (a fault-tolerant job): every pair of the job's processes exchanges a message, so a
+// later death cannot leave a survivor looking up the dead one's address for ever (comm_mpi.cpp,
+// connect_every_pair; spawn() and join_parent() do the same for the group they make). Collective
+// over MPI_COMM_WORLD; nothing without ULFM.
+void connect_world();
 // In a process started by Comm::spawn: the parents' group with the new processes appended (as
 // the parents' spawn() returns it); nullptr in a process started by the launcher.
 std::unique_ptr<Comm> join_parent();

@@ -69,6 +69,27 @@ void arm_spawn_deadline(Watchdog& w, const std::string& what) {
                    " s; Open MPI reported nothing, so this process ends (exit code 5)");
 }
 
+// Every member of `c` exchanges a message with every other, so each process has opened its
+// endpoint to each peer (Open MPI looks up a peer's address on the first message to it). Under
+// Open MPI 5.0.11 with ULFM that lookup must not come after the peer's death: a revoke is forwarded
+// to members no message has reached yet, and the lookup (PMIx_Get, inside the progress engine)
+// then waits for ever for the dead process's address. Seen with gdb in a real-kill soak: one
+// process stuck so in an all-reduce, every other in the repair's agreement waiting for it; and in
+// bench/ulfm_respawn_cost, which hangs so at its first kill of a replacement without this
+// exchange. n-1 rounds of one int per member, at the start of a fault-tolerant job and after each
+// spawn.
+void connect_every_pair(MPI_Comm c) {
+  int me = 0, n = 1;
+  MPI_Comm_rank(c, &me);
+  MPI_Comm_size(c, &n);
+  for (int k = 1; k < n; ++k) {  // round k: send k ahead, receive from k behind (no deadlock)
+    int out = me, in = -1;
+    check(MPI_Sendrecv(&out, 1, MPI_INT, (me + k) % n, 71, &in, 1, MPI_INT, (me - k + n) % n, 71, c,
+                       MPI_STATUS_IGNORE),
+          "MPI_Sendrecv (connecting every pair)");
+  }
+}
+
 // Intercommunicators to spawned processes (or, in one, to its parents): they stay open for the
 // whole run (a process holding one ends without MPI_Finalize: finish_mpi).
 std::vector<MPI_Comm>& spawn_links() {
@@ -286,7 +307,9 @@ class MpiComm final : public Comm {
     spawn_links().push_back(returning_errors(inter));
     check(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge");  // the parents first, in their order
     repaired() = true;
-    return std::make_unique<MpiComm>(merged, true);
+    auto group = std::make_unique<MpiComm>(merged, true);
+    connect_every_pair(merged);  // with join_parent() in the new processes
+    return group;
   }
 
  private:
@@ -310,6 +333,15 @@ std::unique_ptr<Comm> make_mpi_comm(MPI_Comm comm, bool owned) { return std::mak
 
 std::unique_ptr<Comm> world_comm() { return std::make_unique<MpiComm>(MPI_COMM_WORLD, false); }
 
+void connect_world() {
+#ifdef NTPBENCH_HAVE_ULFM
+  if (ulfm_enabled()) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    connect_every_pair(MPI_COMM_WORLD);
+  }
+#endif
+}
+
 std::unique_ptr<Comm> join_parent() {
   MPI_Comm parent = MPI_COMM_NULL, merged = MPI_COMM_NULL;
   MPI_Comm_get_parent(&parent);
@@ -319,7 +351,9 @@ std::unique_ptr<Comm> join_parent() {
   arm_spawn_deadline(deadline, "a new process's merge with the survivors (MPI_Intercomm_merge)");
   check(MPI_Intercomm_merge(parent, 1, &merged), "MPI_Intercomm_merge");  // after the parents
   repaired() = true;
-  return std::make_unique<MpiComm>(merged, true);
+  auto group = std::make_unique<MpiComm>(merged, true);
+  connect_every_pair(merged);  // with the parents' spawn()
+  return group;
 }
 
 int finish_mpi(int code) {
