@@ -13,13 +13,18 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The end of a death test's child: far past any countdown armed before it, then a clean exit.
+[[noreturn]] void outwait(std::chrono::milliseconds wait = 10s) {
+  std::this_thread::sleep_for(wait);
+  std::exit(0);
+}
+
 TEST(WatchdogDeathTest, EndsTheProcessWithItsMessageWhenTheCountdownRunsOut) {
   EXPECT_EXIT(
       {
         ntp::Watchdog w;
         w.arm(0.2, "stuck in the test's wait");
-        std::this_thread::sleep_for(10s);
-        std::exit(0);
+        outwait();
       },
       testing::ExitedWithCode(ntp::kHangExitCode), "ntpbench: error: stuck in the test's wait");
 }
@@ -30,8 +35,7 @@ TEST(WatchdogDeathTest, TheLastArmingsMessageIsTheOnePrinted) {
         ntp::Watchdog w;
         w.arm(5, "the first stage");
         w.arm(0.2, "the second stage");
-        std::this_thread::sleep_for(10s);
-        std::exit(0);
+        outwait();
       },
       testing::ExitedWithCode(ntp::kHangExitCode), "the second stage");
 }
@@ -45,8 +49,7 @@ TEST(WatchdogDeathTest, ReArmedInTimeItNeverFires) {
           std::this_thread::sleep_for(50ms);
         }
         w.disarm();
-        std::this_thread::sleep_for(500ms);
-        std::exit(0);
+        outwait(500ms);
       },
       testing::ExitedWithCode(0), "");
 }
@@ -61,8 +64,7 @@ TEST(WatchdogDeathTest, DisarmedOrDestroyedItNeverFires) {
         ntp::Watchdog w;
         w.arm(0.2, "disarmed before its time");
         w.disarm();
-        std::this_thread::sleep_for(600ms);
-        std::exit(0);
+        outwait(600ms);
       },
       testing::ExitedWithCode(0), "");
 }

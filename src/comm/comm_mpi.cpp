@@ -336,8 +336,7 @@ std::unique_ptr<Comm> world_comm() { return std::make_unique<MpiComm>(MPI_COMM_W
 void connect_world() {
 #ifdef NTPBENCH_HAVE_ULFM
   if (ulfm_enabled()) {
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    connect_every_pair(MPI_COMM_WORLD);
+    connect_every_pair(returning_errors(MPI_COMM_WORLD));
   }
 #endif
 }
