@@ -22,13 +22,17 @@ The MPI library's share (--library-cost COST.json, written by build/bench/ulfm_r
 survivor for every process it has spawned (about 180 kB at 8 ranks) and one connection per peer it
 reaches in another job; no MPI call gives either back. ulfm_respawn_cost measures both with nothing
 of ntpbench in the process: the same kill, shrink, spawn and merge, every handle freed. Given that
-file, a signal-mode run is judged on its growth *beyond* that share: for an incarnation, R = the
-processes revived between the middles of its first and last windows, and
+file, a signal-mode run is judged on its growth *beyond* that share. For each sample of an
+incarnation, R = the processes revived since the incarnation's first sample; the library's share
+at that sample,
 
-    RSS:  (last - first - R x rss_bytes_per_replacement) / first
-    fds:  (last - first - min(R, ranks - 1) x fds_per_peer) / first
+    RSS:  R x rss_bytes_per_replacement
+    fds:  min(R, ranks - 1) x fds_per_peer
 
-must stay under GROWTH_LIMIT. A leak of ntpbench's own (per step, or per revival beyond the
+is taken off the sample, and the growth of what is left (the same first-and-last-10% rule) must stay
+under GROWTH_LIMIT. Taking the share off each sample, not off the windows' means, matters when a
+revival falls inside a window: a replacement that arrives in the middle of the last window raises
+half of its samples, and only those carry its share. A leak of ntpbench's own (per step, or per revival beyond the
 library's cost: the groups TrainingRun::adopt keeps, say) still counts in full. The raw growth is
 always printed beside it; fence-mode runs, which spawn nothing, are judged on the raw growth.
 """
@@ -97,17 +101,17 @@ def windows(n: int) -> int:
     return max(2, n // 10)
 
 
-def segment_growth(samples: np.ndarray, allowance: float = 0.0) -> float:
-    """mean of the last 10% minus `allowance`, over mean of the first 10%, minus 1 (at least 2 samples each)."""
+def segment_growth(samples: np.ndarray) -> float:
+    """mean of the last 10% over mean of the first 10%, minus 1 (at least 2 samples each)."""
     w = windows(len(samples))
     first, last = samples[:w].astype(float).mean(), samples[-w:].astype(float).mean()
-    return (last - allowance) / first - 1.0
+    return last / first - 1.0
 
 
 def worst_growth(table: np.ndarray, allowance=None) -> Growth:
-    """The worst judged growth over every rank ([steps, ranks]) and incarnation. `allowance(a, b)`,
-    when given, is what the MPI library may add between rows a and b (the windows' middles); the
-    growth beyond it is tracked as well."""
+    """The worst judged growth over every rank ([steps, ranks]) and incarnation. `allowance(a, rows)`,
+    when given, is what the MPI library may have added from row a to each of `rows` (an array); the
+    growth of the samples less it is tracked as well."""
     g = Growth()
     for rank in range(table.shape[1]):
         for start, stop in incarnation_spans(table[:, rank]):
@@ -120,8 +124,7 @@ def worst_growth(table: np.ndarray, allowance=None) -> Growth:
             if np.isnan(g.value) or v > g.value:
                 g.value, g.rank = v, rank
             if allowance is not None:
-                w = windows(len(seg))
-                b = segment_growth(seg, allowance(start + (w - 1) / 2, stop - 1 - (w - 1) / 2))
+                b = segment_growth(seg.astype(float) - allowance(start, np.arange(start, stop)))
                 if np.isnan(g.beyond) or b > g.beyond:
                     g.beyond, g.beyond_rank = b, rank
     return g
@@ -154,16 +157,17 @@ def check_file(path: str, cost: LibraryCost | None = None) -> tuple[dict, list[s
         else:
             # Row i holds the samples taken after step i + 1; a revival at step s (at its start)
             # first shows in row s - 1.
-            first_row = np.array([int(e["step"]) - 1 for e, k in zip(events, kinds) if k == "revive"], dtype=float)
+            first_row = np.array([int(e["step"]) - 1 for e, k in zip(events, kinds) if k == "revive"])
 
-            def replaced(a: float, b: float) -> int:
-                return int(np.count_nonzero((first_row > a) & (first_row <= b)))
+            def replaced(a: int, rows: np.ndarray) -> np.ndarray:
+                """Processes revived after row a, up to and including each of `rows`."""
+                return ((first_row[None, :] > a) & (first_row[None, :] <= rows[:, None])).sum(axis=1)
 
-            def rss_allow(a, b):
-                return replaced(a, b) * cost.rss_bytes_per_replacement
+            def rss_allow(a, rows):
+                return replaced(a, rows) * cost.rss_bytes_per_replacement
 
-            def fds_allow(a, b):
-                return min(replaced(a, b), cost.ranks - 1) * cost.fds_per_peer
+            def fds_allow(a, rows):
+                return np.minimum(replaced(a, rows), cost.ranks - 1) * cost.fds_per_peer
     row = {"file": path, "policy": policy, "steps": n,
            "failures": kinds.count("kill"), "revivals": kinds.count("revive"),
            "rss": worst_growth(rss, rss_allow), "fds": worst_growth(fds, fds_allow)}

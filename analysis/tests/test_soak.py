@@ -167,3 +167,35 @@ def test_the_library_share_applies_to_signal_runs_at_its_own_rank_count_only(tmp
     other, _ = library_cost(tmp_path, ranks=4)
     _, problems = soak.check_file(signal, other)
     assert any("measured at 4 ranks, this run has 8" in p for p in problems)
+
+
+def test_a_revival_inside_the_last_window_counts_only_where_it_shows(tmp_path):
+    # Logical rank 5's first process in a CI soak (ntp-pw, 300 steps), descriptor for descriptor: 18
+    # at the start, +1 for the replacement revived at step 35, -1 when that peer and three others
+    # die at step 43, +4 when all four come back in one spawn at step 48, then rank 5 dies at
+    # step 50. Its 49 samples have windows of 4; the four revivals land in the last window's last
+    # two samples. Judged on the windows' middles they would not count at all (+5.6%: one
+    # descriptor over 18, a failure); taken off the samples they raise, nothing is left.
+    rss, fds = flat(np.random.default_rng(8))
+    fds[:, :] = 18
+    fds[34:, :] += 1
+    fds[42:, :] -= 1
+    fds[47:, :] += 4
+    rss[49:54, 5] = fds[49:54, 5] = -1  # rank 5 died at step 50 and came back at step 55
+    revives = [35, 48, 48, 48, 48, 55]
+    path = tmp_path / "window.h5"
+    write(path, rss, fds, kill_mode="signal", revived_at=[35])
+    with h5py.File(path, "a") as f:
+        del f["events"]
+        f.create_dataset("events", data=np.array([(s, b"revive") for s in revives],
+                                                 dtype=[("step", "<i8"), ("kind", "S16")]))
+    cost, _ = library_cost(tmp_path)
+    row, problems = soak.check_file(str(path), cost)
+    assert row["fds"].beyond <= 0.0 and problems == [], problems
+    # The same four descriptors with no revival behind them are growth of the process's own.
+    with h5py.File(path, "a") as f:
+        del f["events"]
+        f.create_dataset("events", data=np.array([(35, b"revive"), (55, b"revive")],
+                                                 dtype=[("step", "<i8"), ("kind", "S16")]))
+    row, problems = soak.check_file(str(path), cost)
+    assert row["fds"].beyond > 0.05 and any("open fds grew" in p and "beyond" in p for p in problems), problems
