@@ -32,8 +32,8 @@ at that sample,
 is taken off the sample, and the growth of what is left (the same first-and-last-10% rule) must stay
 under GROWTH_LIMIT. Taking the share off each sample, not off the windows' means, matters when a
 revival falls inside a window: a replacement that arrives in the middle of the last window raises
-half of its samples, and only those carry its share. A leak of ntpbench's own (per step, or per revival beyond the
-library's cost: the groups TrainingRun::adopt keeps, say) still counts in full. The raw growth is
+half of its samples, and only those carry its share. A leak of ntpbench's own (per step, or per
+revival beyond the library's cost: the groups TrainingRun::adopt keeps, say) still counts in full. The raw growth is
 always printed beside it; fence-mode runs, which spawn nothing, are judged on the raw growth.
 """
 from __future__ import annotations
