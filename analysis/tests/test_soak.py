@@ -169,14 +169,6 @@ def test_the_library_share_applies_to_signal_runs_at_its_own_rank_count_only(tmp
     assert any("measured at 4 ranks, this run has 8" in p for p in problems)
 
 
-def set_revivals(path, steps):
-    """Replaces a file's events with one revive event per step in `steps` (repeats: one spawn of several)."""
-    with h5py.File(path, "a") as f:
-        del f["events"]
-        f.create_dataset("events", data=np.array([(s, b"revive") for s in steps],
-                                                 dtype=[("step", "<i8"), ("kind", "S16")]))
-
-
 def test_a_revival_inside_the_last_window_counts_only_where_it_shows(tmp_path):
     # Logical rank 5's first process in a CI soak (ntp-pw, 300 steps), descriptor for descriptor: 18
     # at the start, +1 for the replacement revived at step 35, -1 when that peer and three others
@@ -190,14 +182,12 @@ def test_a_revival_inside_the_last_window_counts_only_where_it_shows(tmp_path):
     fds[42:, :] -= 1
     fds[47:, :] += 4
     rss[49:54, 5] = fds[49:54, 5] = -1  # rank 5 died at step 50 and came back at step 55
-    revives = [35, 48, 48, 48, 48, 55]
-    path = write(tmp_path / "window.h5", rss, fds, kill_mode="signal")
-    set_revivals(path, revives)
+    path = write(tmp_path / "window.h5", rss, fds, kill_mode="signal", revived_at=[35, 48, 48, 48, 48, 55])
     cost, _ = library_cost(tmp_path)
     row, problems = soak.check_file(path, cost)
     assert row["fds"].beyond <= 0.0 and problems == [], problems
     # The same four descriptors with no revival behind them are growth of the process's own.
-    set_revivals(path, [35, 55])
+    path = write(tmp_path / "window.h5", rss, fds, kill_mode="signal", revived_at=[35, 55])
     row, problems = soak.check_file(path, cost)
     assert row["fds"].beyond > 0.05, row["fds"]
     assert any("open fds grew" in p and "beyond" in p for p in problems), problems
