@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
+#include "comm.hpp"
 
 namespace ntp::bench {
 
@@ -117,8 +118,7 @@ int main(int argc, char** argv) {
   try {
     benchmark::Initialize(&cargc, cargv.data());
     if (benchmark::ReportUnrecognizedArguments(cargc, cargv.data())) {
-      MPI_Finalize();
-      return 2;
+      return ntp::finish_mpi(2);
     }
     ntp::bench::add_context();
     for (auto& reg : ntp::bench::registrations()) reg();
@@ -141,6 +141,5 @@ int main(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "FAILED: %lld wrong elements in correctness checks\n", wrong);
     rc = 1;
   }
-  MPI_Finalize();
-  return rc;
+  return ntp::finish_mpi(rc);  // rank 0 reports the verdict (see there)
 }

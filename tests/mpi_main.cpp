@@ -1,10 +1,12 @@
 // GoogleTest main for tests that run under mpiexec: initialises MPI, lets only rank 0 print (every
-// rank with NTPBENCH_TEST_ALL_RANKS=1, to see a failure that only other ranks hit), and makes every
-// rank exit non-zero when any rank failed.
+// rank with NTPBENCH_TEST_ALL_RANKS=1, to see a failure that only other ranks hit), and makes the
+// job exit non-zero when any rank failed (rank 0 reports it: ntp::finish_mpi).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdlib>
+
+#include "comm.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -17,6 +19,5 @@ int main(int argc, char** argv) {
   int any_failed = 0;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (failed && rank != 0) std::fprintf(stderr, "[rank %d] tests FAILED on this rank\n", rank);
-  MPI_Finalize();
-  return any_failed;
+  return ntp::finish_mpi(any_failed);
 }

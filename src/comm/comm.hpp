@@ -109,10 +109,11 @@ void connect_world();
 // In a process started by Comm::spawn: the parents' group with the new processes appended (as
 // the parents' spawn() returns it); nullptr in a process started by the launcher.
 std::unique_ptr<Comm> join_parent();
-// Ends MPI in this process and returns `code` (the process exit status): MPI_Finalize, or, in a
-// process that took part in a repair (a shrink, a spawn, or its start as a replacement),
-// _Exit(code) (see comm_mpi.cpp), so every live process must have passed a last barrier. Call
-// once every Comm derived from the world is gone.
+// Ends MPI in this process and returns its exit status. `code` is the job's verdict, the same on
+// every process (0, or the refusal or failure every rank reached). After MPI_Finalize only world
+// rank 0 exits with it, the others 0 (see comm_mpi.cpp); a process that took part in a repair (a
+// shrink, a spawn, or its start as a replacement) instead _Exit(code)s, so every live process must
+// have passed a last barrier. Call once every Comm derived from the world is gone.
 int finish_mpi(int code);
 // Ranks on this node (MPI_COMM_TYPE_SHARED).
 std::unique_ptr<Comm> node_comm();

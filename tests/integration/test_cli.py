@@ -1,10 +1,11 @@
 """Bad input never starts a run: each bad flag or schedule exits non-zero with a message that
 names the problem (and the schedule's line), and writes no results file."""
 import socket
+import subprocess
 
 import pytest
 
-from conftest import ntpbench, schedule
+from conftest import ENV, MPIRUN, NTPBENCH, TIMEOUT_WITH_STACKS, ntpbench, schedule
 
 BAD_SCHEDULES = {
     "unknown rank": ("events:\n  - {step: 2, kill: [9]}\n", "schedule.yaml:2: rank 9 does not exist"),
@@ -61,6 +62,24 @@ def test_bad_flags_are_refused(tmp_path, args, message):
     assert p.returncode != 0
     assert message in p.stderr + p.stdout, p.stderr + p.stdout
     assert not out.exists()
+
+
+def test_a_refusal_every_rank_reaches_is_reported_by_rank_0_alone(tmp_path):
+    """Open MPI 5.0.11's mpirun sometimes never returns when every rank exits non-zero after
+    MPI_Finalize (16 of 200 launches of 12 ranks; src/comm/comm_mpi.cpp, finish_mpi). So rank 0
+    alone carries the job's exit status; mpirun still exits with it."""
+    exits = tmp_path / "exits"
+    # Each rank through sh, which records the rank's own exit status and passes it on; rank 0 a
+    # moment later, since mpirun ends the other ranks once one has exited non-zero.
+    rank = "${OMPI_COMM_WORLD_RANK:-$PMIX_RANK}"
+    record = f'"$0" "$@"; rc=$?; echo "{rank} $rc" >> {exits}; [ "{rank}" = 0 ] && sleep 2; exit $rc'
+    cmd = [*MPIRUN, "-np", "4", "sh", "-c", record, str(NTPBENCH), "--preset", "tiny", "--tp", "3", "--steps", "2",
+           "--out", str(tmp_path / "run.h5")]
+    p = subprocess.run([str(TIMEOUT_WITH_STACKS), "300", *cmd], env=ENV, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "--tp 3 does not divide the 4 ranks" in p.stderr, p.stderr
+    status = dict(map(int, line.split()) for line in exits.read_text().splitlines())
+    assert status == {0: 2, 1: 0, 2: 0, 3: 0}, status
 
 
 def test_existing_results_are_never_overwritten(tmp_path):
