@@ -41,10 +41,11 @@ def binary():
 TIMEOUT_WITH_STACKS = ROOT / "tests" / "timeout_with_stacks.sh"
 
 
-def ntpbench(ranks, *args, check=True, timeout=300):
-    """Runs `mpirun -np ranks ntpbench args...`; returns the CompletedProcess. A run still going
-    after `timeout` seconds fails the test with where each of its processes waited."""
-    cmd = [*MPIRUN, "-np", str(ranks), str(NTPBENCH), *map(str, args)]
+def ntpbench(ranks, *args, check=True, timeout=300, launch_through=()):
+    """Runs `mpirun -np ranks ntpbench args...` (each rank started by the command `launch_through`,
+    if given); returns the CompletedProcess. A run still going after `timeout` seconds fails the
+    test with where each of its processes waited."""
+    cmd = [*MPIRUN, "-np", str(ranks), *launch_through, str(NTPBENCH), *map(str, args)]
     p = subprocess.run([str(TIMEOUT_WITH_STACKS), str(timeout), *cmd], env=ENV, capture_output=True, text=True,
                        timeout=timeout + 600)
     if p.returncode == 124:

@@ -1,11 +1,10 @@
 """Bad input never starts a run: each bad flag or schedule exits non-zero with a message that
 names the problem (and the schedule's line), and writes no results file."""
 import socket
-import subprocess
 
 import pytest
 
-from conftest import ENV, MPIRUN, NTPBENCH, TIMEOUT_WITH_STACKS, ntpbench, schedule
+from conftest import ntpbench, schedule
 
 BAD_SCHEDULES = {
     "unknown rank": ("events:\n  - {step: 2, kill: [9]}\n", "schedule.yaml:2: rank 9 does not exist"),
@@ -73,9 +72,8 @@ def test_a_refusal_every_rank_reaches_is_reported_by_rank_0_alone(tmp_path):
     # moment later, since mpirun ends the other ranks once one has exited non-zero.
     rank = "${OMPI_COMM_WORLD_RANK:-$PMIX_RANK}"
     record = f'"$0" "$@"; rc=$?; echo "{rank} $rc" >> {exits}; [ "{rank}" = 0 ] && sleep 2; exit $rc'
-    cmd = [*MPIRUN, "-np", "4", "sh", "-c", record, str(NTPBENCH), "--preset", "tiny", "--tp", "3", "--steps", "2",
-           "--out", str(tmp_path / "run.h5")]
-    p = subprocess.run([str(TIMEOUT_WITH_STACKS), "300", *cmd], env=ENV, capture_output=True, text=True, timeout=900)
+    p = ntpbench(4, "--preset", "tiny", "--tp", 3, "--steps", 2, "--out", tmp_path / "run.h5", check=False,
+                 launch_through=["sh", "-c", record])
     assert p.returncode == 2, p.stdout + p.stderr
     assert "--tp 3 does not divide the 4 ranks" in p.stderr, p.stderr
     status = dict(map(int, line.split()) for line in exits.read_text().splitlines())
