@@ -442,11 +442,14 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
   group_->barrier();
 }
 
-// The final checkpoint (for --replay and resuming), /summary, and the closing line.
+// The final checkpoint (for --replay and resuming), /summary, and the closing line. The run's
+// verdict (0; 3, no way forward; 4, not finite), which every live rank reaches alike, is the exit
+// status of the recorder alone, the others' 0: Open MPI's launcher can hang when every process
+// exits non-zero (finish_mpi).
 int TrainingRun::train(int first, double recovery_before_first) {
   const int code = train_steps(first, recovery_before_first);
   watchdog_.disarm();
-  return code;
+  return root() ? code : 0;
 }
 
 int TrainingRun::train_steps(int first, double recovery_before_first) {

@@ -109,11 +109,13 @@ void connect_world();
 // In a process started by Comm::spawn: the parents' group with the new processes appended (as
 // the parents' spawn() returns it); nullptr in a process started by the launcher.
 std::unique_ptr<Comm> join_parent();
-// Ends MPI in this process and returns its exit status. `code` is the job's verdict, the same on
-// every process (0, or the refusal or failure every rank reached). After MPI_Finalize only world
-// rank 0 exits with it, the others 0 (see comm_mpi.cpp); a process that took part in a repair (a
-// shrink, a spawn, or its start as a replacement) instead _Exit(code)s, so every live process must
-// have passed a last barrier. Call once every Comm derived from the world is gone.
+// Ends MPI in this process and returns its exit status. One process carries a job's non-zero
+// verdict, the others exit 0: Open MPI's launcher can hang when every process exits non-zero
+// (comm_mpi.cpp has the figures). After MPI_Finalize `code` is the verdict every rank reached
+// alike, and world rank 0 alone exits with it. A process that took part in a repair (a shrink, a
+// spawn, or its start as a replacement) _Exit(code)s instead, so there the caller passes the
+// verdict on one process only (TrainingRun::train: the recorder) and every live process must have
+// passed a last barrier. Call once every Comm derived from the world is gone.
 int finish_mpi(int code);
 // Ranks on this node (MPI_COMM_TYPE_SHARED).
 std::unique_ptr<Comm> node_comm();

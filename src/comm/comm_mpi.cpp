@@ -357,12 +357,13 @@ std::unique_ptr<Comm> join_parent() {
 
 int finish_mpi(int code) {
   if (!repaired()) {
-    // One process reports the verdict. When every process of a job exits non-zero after
-    // MPI_Finalize, Open MPI 5.0.11's launcher sometimes never returns: all ranks gone, prterun
-    // waiting on a lock of its own. Measured here with a 12-rank program that only finalizes, in
-    // 16 of 200 launches with every rank exiting 2 and in 0 of 200 with rank 0 alone exiting 2
-    // (mpirun exited 2 in all 200). MPI_Finalize's closing fence completed, so world rank 0 is
-    // alive and returns `code`.
+    // One process carries the verdict. When every process of a job exits non-zero, Open MPI
+    // 5.0.11's launcher sometimes never returns: all ranks gone, prterun blocked on a lock of its
+    // own (gdb). Measured here with 12 ranks that only meet in a barrier, then exit 2:
+    //   after MPI_Finalize, every rank: 16 of 200 launches hung (36 of 200 without --with-ft ulfm);
+    //   after MPI_Finalize, rank 0 alone (the others 0): 0 of 200, and mpirun exited 2 in all;
+    //   _Exit without MPI_Finalize (as below), every rank: 32 of 200; rank 0 alone: 0 of 100.
+    // MPI_Finalize's closing fence completed, so world rank 0 is alive and returns `code`.
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Finalize();

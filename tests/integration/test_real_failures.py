@@ -220,6 +220,18 @@ def test_no_way_forward_ends_the_run_with_the_dead_ranks_named(tmp_path):
     assert len(s) >= 3 and (s["tokens_committed"] == s["tokens"]).all()
 
 
+def test_a_replacement_that_became_the_recorder_carries_the_verdict(tmp_path):
+    """The run's verdict is the exit status of the recorder alone (finish_mpi). Here the recorder
+    at the end is the replacement of rank 0, in a job of its own (MPI_Comm_spawn): its exit 4
+    (the last step not finite) must still be mpirun's."""
+    out = tmp_path / "verdict.h5"
+    text = ("events:\n  - {step: 2, kill: [0]}\n  - {step: 3, revive: [0]}\n  - {step: 4, kill: [1]}\n")
+    p = ntpbench(4, "--preset", "tiny", "--tp", 2, "--steps", 6, "--lr", 1e30, "--clip", 0, "--on-nonfinite", "skip",
+                 "--schedule", schedule(tmp_path, text), "--out", out, check=False)
+    assert "logical rank 0 takes over the results file" in p.stdout, p.stdout
+    assert p.returncode == 4 and "the training diverged" in p.stderr, (p.returncode, p.stdout + p.stderr)
+
+
 def test_fence_mode_keeps_the_process(tmp_path):
     out = tmp_path / "fence.h5"
     text = "events:\n  - {step: 2, kill: [3]}\n  - {step: 4, revive: [3]}\n"
