@@ -24,6 +24,7 @@ struct ModelConfig {
   int kv_heads = 0;            // llama: key/value heads (a divisor of heads); 0 = heads
   int ffn = 0;                 // llama: SwiGLU width; 0 = 4d
   float rope_theta = 10000.0f; // llama: RoPE base
+  bool operator==(const ModelConfig&) const = default;
   int head_size() const { return hidden / heads; }
   int mlp() const { return family == Family::Llama && ffn > 0 ? ffn : 4 * hidden; }
   int kv() const { return family == Family::Llama && kv_heads > 0 ? kv_heads : heads; }

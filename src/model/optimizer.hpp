@@ -16,6 +16,7 @@ struct OptimizerConfig {
   int total_steps = 1;
 
   float lr_at(int step) const;  // step counts from 1
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 class AdamW {

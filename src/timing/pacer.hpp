@@ -19,6 +19,7 @@ struct PacingConfig {
   double dp_gbps = 5.0;         // GB/s, between replicas (scale-out link)
   double latency_us = 5.0;      // per message
   double boost = 1.3;           // ntp-pw: a damaged replica's ranks run this much faster
+  bool operator==(const PacingConfig&) const = default;
 };
 
 // The group a transfer runs in: Tp, a replica's TP group (and its reshards); Dp, a sync slot across

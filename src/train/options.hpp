@@ -1,6 +1,7 @@
 #pragma once
 // Everything a run is configured by, parsed from the command line (and --config TOML) and
-// recorded as JSON in the results file so a run can be replayed.
+// recorded as JSON in the results file so a run can be replayed. Each option is declared once, in
+// option_table.cpp (flag, JSON key, help, checks); a new field here needs its row there.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,6 +55,9 @@ struct Options {
   std::string backend = "cpu";   // cpu or cuda (kernels and memory; see src/backend/backend.hpp)
   std::string precision = "fp32";  // fp32 or bf16 GEMMs (bf16: cuda only; see src/backend/backend.hpp)
   bool allow_gpu_sharing = false;  // cuda: let several ranks share one GPU
+
+  // Field by field (the option round-trip test compares a run's options with their JSON record).
+  bool operator==(const Options&) const = default;
 };
 
 // Sequences one replica takes per step at full strength.

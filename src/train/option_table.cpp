@@ -1,0 +1,267 @@
+#include "option_table.hpp"
+
+#include <stdexcept>
+
+namespace ntp {
+
+namespace {
+
+// A reference to one member of Options, as a FieldRef of the member's type.
+#define NTP_FIELD(member) [](Options& o) -> auto& { return o.member; }
+
+std::vector<OptionSpec> model_options() {
+  return {
+      {.flag = "--model", .key = "model/family",
+       .field = TextField{[](const Options& o) -> std::string { return family_name(o.model.family); },
+                          [](Options& o, const std::string& s) { o.model.family = parse_family(s); }},
+       .help = "Model family: gpt2 (LayerNorm, GELU, learned positions, biases, tied head) or llama (RMSNorm, "
+               "SwiGLU, rotary positions, grouped-query attention, no biases, untied head). Default: the "
+               "preset's family",
+       .check = Check::OneOf, .choices = {"gpt2", "llama"}, .missing = Missing::Legacy, .legacy = "gpt2",
+       .model_override = true},
+      {.flag = "--preset", .key = "preset", .field = NTP_FIELD(preset),
+       .help = "Model size. gpt2: tiny, small (the default), gpt2, gpt2-medium, gpt2-large, gpt2-xl. llama "
+               "(implies --model llama): llama-tiny, llama-small (the default with --model llama), llama-8b "
+               "(an 8B-class shape, for benchmarks and simulation)",
+       .check = Check::OneOf, .choices = preset_names(), .model_override = true},
+      {.flag = "--kv-heads", .key = "model/kv_heads", .field = NTP_FIELD(model.kv_heads),
+       .help = "llama: key/value heads (grouped-query attention; a divisor of --heads). A KV head and its query "
+               "heads stay on one rank, so --tp may not exceed it (recorded as 0 for gpt2)",
+       .check = Check::Positive, .missing = Missing::Default, .model_override = true},
+      {.flag = "--ffn", .key = "model/ffn", .field = NTP_FIELD(model.ffn),
+       .help = "llama: SwiGLU hidden width (columns of gate_proj and up_proj; recorded as 0 for gpt2)",
+       .check = Check::Positive, .missing = Missing::Default, .model_override = true},
+      {.flag = "--rope-theta", .key = "model/rope_theta", .field = NTP_FIELD(model.rope_theta),
+       .help = "llama: base of the rotary position embeddings", .check = Check::Range, .lo = 1.0, .hi = 1e9,
+       .missing = Missing::Default, .model_override = true},
+      {.flag = "--layers", .key = "model/layers", .field = NTP_FIELD(model.layers),
+       .help = "Override the number of transformer layers", .check = Check::Positive, .model_override = true},
+      {.flag = "--heads", .key = "model/heads", .field = NTP_FIELD(model.heads),
+       .help = "Override the number of attention heads (llama: query heads)", .check = Check::Positive,
+       .model_override = true},
+      {.flag = "--hidden", .key = "model/hidden", .field = NTP_FIELD(model.hidden),
+       .help = "Override the hidden size d (a multiple of --heads)", .check = Check::Positive,
+       .model_override = true},
+      {.flag = "--seq", .key = "seq", .field = NTP_FIELD(seq),
+       .help = "Training sequence length T (default: the preset's context)", .check = Check::Positive,
+       .model_override = true},
+      {.flag = "--context", .key = "model/context", .field = NTP_FIELD(model.context),
+       .help = "Rows of the position table (default: the preset's; grown to --seq)", .check = Check::Positive,
+       .model_override = true},
+      {.flag = "--vocab", .key = "model/vocab", .field = NTP_FIELD(model.vocab),
+       .help = "Override the vocabulary size V", .check = Check::Range, .lo = 2, .hi = 1 << 24,
+       .model_override = true},
+  };
+}
+
+std::vector<OptionSpec> layout_options() {
+  return {
+      {.flag = "--tp", .key = "tp", .field = NTP_FIELD(tp),
+       .help = "Tensor-parallel degree; ranks must be a multiple of TP x PP, DP = ranks / (TP x PP)",
+       .check = Check::Positive},
+      {.flag = "--pp", .key = "pp", .field = NTP_FIELD(pp),
+       .help = "Pipeline-parallel stages (Megatron's non-interleaved 1F1B): layers split as evenly as possible, "
+               "the embedding on the first stage, the final norm, head and loss on the last; at most --layers",
+       .check = Check::Positive, .missing = Missing::Default},
+      {.flag = "--micro-batch", .key = "micro_batch", .field = NTP_FIELD(micro_batch),
+       .help = "Sequences per micro-batch (b)", .check = Check::Positive},
+      {.flag = "--micro-batches", .key = "micro_batches", .field = NTP_FIELD(micro_batches),
+       .help = "Micro-batches per replica per step (M, gradient accumulation; with --pp the pipeline's depth of "
+               "work): a replica takes b x M sequences per step. Under ntp a damaged replica runs max(1, floor(M "
+               "t' / t)) of them",
+       .check = Check::Positive, .missing = Missing::Default},
+      {.flag = "--steps", .key = "steps", .field = NTP_FIELD(steps), .help = "Training steps to run",
+       .check = Check::Positive},
+      {.flag = "--seed", .key = "seed", .field = NTP_FIELD(seed), .help = "Seed for weights and synthetic data"},
+      {.flag = "--data", .key = "data", .field = NTP_FIELD(data),
+       .help = "'synthetic' (seeded Markov chain) or a file read as bytes (needs V >= 256)"},
+  };
+}
+
+std::vector<OptionSpec> optimizer_options() {
+  return {
+      {.flag = "--lr", .key = "optimizer/lr", .field = NTP_FIELD(opt.lr), .help = "AdamW peak learning rate",
+       .check = Check::Positive},
+      {.flag = "--beta1", .key = "optimizer/beta1", .field = NTP_FIELD(opt.beta1), .help = "AdamW beta1",
+       .check = Check::Range, .lo = 0.0, .hi = 0.999999},
+      {.flag = "--beta2", .key = "optimizer/beta2", .field = NTP_FIELD(opt.beta2), .help = "AdamW beta2",
+       .check = Check::Range, .lo = 0.0, .hi = 0.999999},
+      {.flag = "--eps", .key = "optimizer/eps", .field = NTP_FIELD(opt.eps), .help = "AdamW epsilon",
+       .check = Check::Positive},
+      {.flag = "--weight-decay", .key = "optimizer/weight_decay", .field = NTP_FIELD(opt.weight_decay),
+       .help = "Decoupled weight decay on 2-D tensors", .check = Check::NonNegative},
+      {.flag = "--clip", .key = "optimizer/clip", .field = NTP_FIELD(opt.clip),
+       .help = "Clip gradients to this global norm (0: no clipping)", .check = Check::NonNegative},
+      {.flag = "--warmup", .key = "optimizer/warmup", .field = NTP_FIELD(opt.warmup),
+       .help = "Linear learning-rate warmup steps", .check = Check::NonNegative},
+      {.flag = "--lr-schedule", .key = "optimizer/schedule",
+       .field = TextField{[](const Options& o) -> std::string { return o.opt.cosine ? "cosine" : "constant"; },
+                          [](Options& o, const std::string& s) {
+                            if (s != "cosine" && s != "constant")
+                              throw std::invalid_argument("unknown lr schedule '" + s + "' (constant, cosine)");
+                            o.opt.cosine = s == "cosine";
+                          }},
+       .help = "constant, or cosine decay to --min-lr-ratio x lr by the last step", .check = Check::OneOf,
+       .choices = {"constant", "cosine"}},
+      {.flag = "--min-lr-ratio", .key = "optimizer/min_lr_ratio", .field = NTP_FIELD(opt.min_lr_ratio),
+       .help = "Final lr as a fraction of --lr under cosine decay", .check = Check::Range, .lo = 0.0, .hi = 1.0},
+      // Not a flag: the cosine schedule's horizon, set to --steps.
+      {.key = "optimizer/total_steps", .field = NTP_FIELD(opt.total_steps)},
+  };
+}
+
+// Where results and checkpoints go, where a run starts from, and what it prints. --overwrite,
+// --replay, --quiet and --check concern one invocation, not the run: they are not recorded.
+std::vector<OptionSpec> output_options() {
+  return {
+      {.flag = "--out", .key = "out", .field = NTP_FIELD(out),
+       .help = "Results file (HDF5); default results/ntpbench-<date>-<time>.h5"},
+      {.flag = "--overwrite", .field = NTP_FIELD(overwrite),
+       .help = "Replace an existing --out file instead of refusing"},
+      {.flag = "--checkpoint-every", .key = "checkpoint_every", .field = NTP_FIELD(checkpoint_every),
+       .help = "Write a checkpoint every K steps (0: only the final one)", .check = Check::NonNegative},
+      {.flag = "--checkpoint-dir", .key = "checkpoint_dir", .field = NTP_FIELD(checkpoint_dir),
+       .help = "Where checkpoints go (default: <out without .h5>.ckpt/)"},
+      {.flag = "--no-final-checkpoint", .key = "final_checkpoint", .field = NTP_FIELD(final_checkpoint),
+       .help = "Do not write the end-of-run checkpoint (--replay needs it)", .negated = true},
+      {.flag = "--init-from", .key = "init_from", .field = NTP_FIELD(init_from),
+       .help = "Start from a checkpoint: weights, and AdamW state, step and data cursor when present",
+       .check = Check::ExistingFile},
+      {.flag = "--init-weights-only", .key = "init_weights_only", .field = NTP_FIELD(init_weights_only),
+       .help = "With --init-from: load the weights only"},
+      {.flag = "--replay", .field = NTP_FIELD(replay),
+       .help = "Re-run RUN.h5's recorded steps on one rank and compare with its final checkpoint",
+       .check = Check::ExistingFile},
+      {.flag = "--replay-tol", .field = NTP_FIELD(replay_tol),
+       .help = "Largest relative parameter difference --replay accepts", .check = Check::Positive},
+      {.flag = "--quiet", .field = NTP_FIELD(quiet), .help = "Print only the summary, not a line per step"},
+      {.flag = "--check", .field = NTP_FIELD(check),
+       .help = "Validate the configuration and the schedule against the job's ranks, then exit"},
+  };
+}
+
+// Where the arithmetic runs: threads, backend, precision, and the peak MFU is measured against.
+std::vector<OptionSpec> hardware_options() {
+  return {
+      {.flag = "--threads", .key = "threads", .field = NTP_FIELD(threads),
+       .help = "BLAS/OpenMP threads per rank (0: cores per node / ranks per node)", .check = Check::NonNegative},
+      {.flag = "--peak-gflops", .key = "peak_gflops", .field = NTP_FIELD(peak_gflops),
+       .help = "Peak GFLOP/s of one rank for MFU (0: the machine's SGEMM peak at the rank's threads, probed at "
+               "start and never below the best earlier probe, cached in ~/.cache/ntpbench; see results/README.md)",
+       .check = Check::NonNegative},
+      {.flag = "--backend", .key = "backend", .field = NTP_FIELD(backend),
+       .help = "Where kernels run: cpu (OpenBLAS + OpenMP) or cuda (cuBLAS, one GPU per rank)",
+       .check = Check::OneOf, .choices = {"cpu", "cuda"}, .missing = Missing::Default},
+      {.flag = "--precision", .key = "precision", .field = NTP_FIELD(precision),
+       .help = "GEMM arithmetic: fp32, or bf16 (needs --backend cuda): every matmul and attention product runs on "
+               "bf16 copies of its operands with fp32 accumulation and output; weights (the fp32 master copy), "
+               "gradients, AdamW and all other kernels stay fp32",
+       .check = Check::OneOf, .choices = {"fp32", "bf16"}, .missing = Missing::Default},
+      {.flag = "--allow-gpu-sharing", .key = "allow_gpu_sharing", .field = NTP_FIELD(allow_gpu_sharing),
+       .help = "With --backend cuda: allow more ranks than GPUs on a node (ranks then share GPUs)",
+       .missing = Missing::Default},
+  };
+}
+
+std::vector<OptionSpec> failure_options() {
+  return {
+      {.flag = "--schedule", .key = "schedule", .field = NTP_FIELD(schedule),
+       .help = "Failure schedule (YAML: events to kill/revive ranks or every rank of a host, kill_node/revive_node, "
+               "and/or a random generator)",
+       .check = Check::ExistingFile, .missing = Missing::Default},
+      {.flag = "--policy", .key = "policy", .field = NTP_FIELD(policy),
+       .help = "Recovery policy: dp-drop (a damaged replica stops), ntp (it runs at reduced TP with a smaller "
+               "batch), ntp-pw (reduced TP, full batch, boosted ranks), restart (all roll back to the last "
+               "checkpoint)",
+       .check = Check::OneOf, .choices = {"dp-drop", "ntp", "ntp-pw", "restart"}, .missing = Missing::Default},
+      {.flag = "--kill-mode", .key = "kill_mode", .field = NTP_FIELD(kill_mode),
+       .help = "How a scheduled kill kills: signal (the rank's process dies by SIGKILL, at the event's `at:` "
+               "phase; the others learn it from MPI and repair with ULFM; needs Open MPI >= 5 and mpirun --with-ft "
+               "ulfm) or fence (the rank leaves the communicators and idles; any MPI). Default: signal where the "
+               "job runs with ULFM, else fence; also fence on a job of several hosts whose schedule revives ranks "
+               "(Open MPI 5.0 cannot connect a process spawned there)",
+       .check = Check::OneOf, .choices = {"signal", "fence"}, .missing = Missing::Legacy, .legacy = "fence"},
+      {.flag = "--hang-timeout", .key = "hang_timeout", .field = NTP_FIELD(hang_timeout),
+       .help = "Seconds a rank may go without progress (no phase of a step, repair, revival or checkpoint "
+               "ending) before it prints where it waits and ends the job with exit code 5; the limit grows to 10x "
+               "the longest step so far and to 20x the step the model's FLOPs predict at the peak. 0: wait for "
+               "ever",
+       .check = Check::NonNegative, .missing = Missing::Default},
+      {.flag = "--on-nonfinite", .key = "on_nonfinite", .field = NTP_FIELD(on_nonfinite),
+       .help = "A non-finite loss or gradient norm, caught before the update touches any parameter: stop "
+               "(record the step as not committed, end the run with exit code 4) or skip (no update, the batch "
+               "is consumed; skipped steps are counted in /summary)",
+       .check = Check::OneOf, .choices = {"stop", "skip"}, .missing = Missing::Default},
+      {.flag = "--timing", .key = "timing", .field = NTP_FIELD(timing),
+       .help = "wall: real time; paced: each rank emulates a device of --device-gflops and links of --tp-gbps/"
+               "--dp-gbps (for more ranks than cores)",
+       .check = Check::OneOf, .choices = {"wall", "paced"}, .missing = Missing::Default},
+      {.flag = "--device-gflops", .key = "pacing/device_gflops", .field = NTP_FIELD(pacing.device_gflops),
+       .help = "Paced: compute rate of one emulated device, GFLOP/s", .check = Check::Positive,
+       .missing = Missing::Default},
+      {.flag = "--tp-gbps", .key = "pacing/tp_gbps", .field = NTP_FIELD(pacing.tp_gbps),
+       .help = "Paced: bandwidth of a link inside a replica, GB/s", .check = Check::Positive,
+       .missing = Missing::Default},
+      {.flag = "--dp-gbps", .key = "pacing/dp_gbps", .field = NTP_FIELD(pacing.dp_gbps),
+       .help = "Paced: bandwidth of a link between replicas, GB/s", .check = Check::Positive,
+       .missing = Missing::Default},
+      {.flag = "--link-latency-us", .key = "pacing/latency_us", .field = NTP_FIELD(pacing.latency_us),
+       .help = "Paced: latency of one message, microseconds", .check = Check::NonNegative,
+       .missing = Missing::Default},
+      {.flag = "--boost", .key = "pacing/boost", .field = NTP_FIELD(pacing.boost),
+       .help = "ntp-pw: speed-up of a damaged replica's ranks (power boost), at most 1.3 (the paper's TDP "
+               "headroom)",
+       .check = Check::Range, .lo = 1.0, .hi = 1.3, .missing = Missing::Default},
+  };
+}
+
+#undef NTP_FIELD
+
+}  // namespace
+
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = [] {
+    std::vector<OptionSpec> t;
+    for (auto group : {model_options, layout_options, optimizer_options, output_options, hardware_options,
+                       failure_options}) {
+      auto g = group();
+      t.insert(t.end(), std::make_move_iterator(g.begin()), std::make_move_iterator(g.end()));
+    }
+    return t;
+  }();
+  return table;
+}
+
+const OptionSpec& option_spec(const std::string& flag) {
+  for (const OptionSpec& s : option_table())
+    if (s.flag == flag) return s;
+  throw std::out_of_range("no option " + flag);
+}
+
+nlohmann::json field_value(const OptionSpec& s, const Options& o) {
+  return std::visit(
+      [&](auto f) -> nlohmann::json {
+        if constexpr (std::is_same_v<decltype(f), TextField>)
+          return f.get(o);
+        else
+          return f(const_cast<Options&>(o));  // the reference is only read
+      },
+      s.field);
+}
+
+void set_field_value(const OptionSpec& s, Options& o, const nlohmann::json& v) {
+  std::visit(
+      [&](auto f) {
+        if constexpr (std::is_same_v<decltype(f), TextField>)
+          f.set(o, v.get<std::string>());
+        else
+          f(o) = v.get<std::remove_reference_t<decltype(f(o))>>();
+      },
+      s.field);
+}
+
+void copy_field(const OptionSpec& s, const Options& from, Options& to) {
+  set_field_value(s, to, field_value(s, from));
+}
+
+}  // namespace ntp
