@@ -384,9 +384,24 @@ void TrainingRun::record_step(int s, const StepResult& r, double t_start, double
   const double mfu = secs > 0 && peak > 0 ? flops / (secs * group_->size() * peak * 1e9) : std::nan("");
   const double nan = std::nan("");
   // A non-finite step updated nothing: its tokens are processed, not committed.
-  StepRow row{s, trainer_->steps_taken(), t_start, t_end, r.sample_begin, r.samples, tokens, r.nonfinite ? 0 : tokens,
-              r.samples ? agg.loss : nan, r.samples ? agg.grad_norm : nan, r.lr, flops, mfu, cfg.live_ranks(),
-              cfg.active_replicas(), recovery_seconds, idle_seconds, static_cast<std::int8_t>(overrun)};
+  const StepRow row{.step = s,
+                    .optimizer_step = trainer_->steps_taken(),
+                    .t_start = t_start,
+                    .t_end = t_end,
+                    .sample_begin = r.sample_begin,
+                    .samples = r.samples,
+                    .tokens = tokens,
+                    .tokens_committed = r.nonfinite ? 0 : tokens,
+                    .loss = r.samples ? agg.loss : nan,
+                    .grad_norm = r.samples ? agg.grad_norm : nan,
+                    .lr = r.lr,
+                    .flops = flops,
+                    .mfu = mfu,
+                    .live_ranks = cfg.live_ranks(),
+                    .active_replicas = cfg.active_replicas(),
+                    .recovery_seconds = recovery_seconds,
+                    .idle_seconds = idle_seconds,
+                    .paced_overrun = static_cast<std::int8_t>(overrun)};
   ReplicaRow rr;
   for (const auto& rp : cfg.replicas) {
     rr.tp_degree.push_back(rp.active() ? rp.degree() : 0);

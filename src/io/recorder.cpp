@@ -1,6 +1,8 @@
 #include "recorder.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <type_traits>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -72,52 +74,43 @@ EventRow make_event(double time, std::int64_t step, const std::string& kind, int
   return e;
 }
 
-// The memory types of the rows (compound types matching the structs in recorder.hpp).
-void Recorder::make_types() {
-  row_type_ = h5::Handle(H5Tcreate(H5T_COMPOUND, sizeof(StepRow)), H5Tclose, "compound type");
-#define FIELD(name, type) H5Tinsert(row_type_, #name, HOFFSET(StepRow, name), type)
-  FIELD(step, H5T_NATIVE_INT64);
-  FIELD(optimizer_step, H5T_NATIVE_INT64);
-  FIELD(t_start, H5T_NATIVE_DOUBLE);
-  FIELD(t_end, H5T_NATIVE_DOUBLE);
-  FIELD(sample_begin, H5T_NATIVE_INT64);
-  FIELD(samples, H5T_NATIVE_INT64);
-  FIELD(tokens, H5T_NATIVE_INT64);
-  FIELD(tokens_committed, H5T_NATIVE_INT64);
-  FIELD(loss, H5T_NATIVE_DOUBLE);
-  FIELD(grad_norm, H5T_NATIVE_DOUBLE);
-  FIELD(lr, H5T_NATIVE_DOUBLE);
-  FIELD(flops, H5T_NATIVE_DOUBLE);
-  FIELD(mfu, H5T_NATIVE_DOUBLE);
-  FIELD(live_ranks, H5T_NATIVE_INT32);
-  FIELD(active_replicas, H5T_NATIVE_INT32);
-  FIELD(recovery_seconds, H5T_NATIVE_DOUBLE);
-  FIELD(idle_seconds, H5T_NATIVE_DOUBLE);
-  FIELD(paced_overrun, H5T_NATIVE_INT8);
-#undef FIELD
-  kind_type_ = h5::Handle(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
-  H5Tset_size(kind_type_, sizeof(EventRow::kind));
-  detail_type_ = h5::Handle(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
-  H5Tset_size(detail_type_, sizeof(EventRow::detail));
-  event_type_ = h5::Handle(H5Tcreate(H5T_COMPOUND, sizeof(EventRow)), H5Tclose, "compound type");
-  H5Tinsert(event_type_, "time", HOFFSET(EventRow, time), H5T_NATIVE_DOUBLE);
-  H5Tinsert(event_type_, "step", HOFFSET(EventRow, step), H5T_NATIVE_INT64);
-  H5Tinsert(event_type_, "kind", HOFFSET(EventRow, kind), kind_type_);
-  H5Tinsert(event_type_, "rank", HOFFSET(EventRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(event_type_, "replica", HOFFSET(EventRow, replica), H5T_NATIVE_INT32);
-  H5Tinsert(event_type_, "bytes", HOFFSET(EventRow, bytes), H5T_NATIVE_DOUBLE);
-  H5Tinsert(event_type_, "duration", HOFFSET(EventRow, duration), H5T_NATIVE_DOUBLE);
-  H5Tinsert(event_type_, "detail", HOFFSET(EventRow, detail), detail_type_);
-
-  host_type_ = h5::Handle(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
-  H5Tset_size(host_type_, sizeof(IncarnationRow::host));
-  incarnation_type_ = h5::Handle(H5Tcreate(H5T_COMPOUND, sizeof(IncarnationRow)), H5Tclose, "compound type");
-  H5Tinsert(incarnation_type_, "rank", HOFFSET(IncarnationRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(incarnation_type_, "pid", HOFFSET(IncarnationRow, pid), H5T_NATIVE_INT64);
-  H5Tinsert(incarnation_type_, "host", HOFFSET(IncarnationRow, host), host_type_);
-  H5Tinsert(incarnation_type_, "t_start", HOFFSET(IncarnationRow, t_start), H5T_NATIVE_DOUBLE);
-  H5Tinsert(incarnation_type_, "t_end", HOFFSET(IncarnationRow, t_end), H5T_NATIVE_DOUBLE);
+namespace {
+// The HDF5 memory type of a column of C++ type T (a FixedText<N> is an N-byte string).
+template <typename T>
+h5::Handle column_type() {
+  if constexpr (std::is_array_v<T>) {
+    h5::Handle t(H5Tcopy(H5T_C_S1), H5Tclose, "string type");
+    H5Tset_size(t, std::extent_v<T>);
+    return t;
+  } else {
+    hid_t native = std::is_same_v<T, double>         ? H5T_NATIVE_DOUBLE
+                   : std::is_same_v<T, std::int64_t> ? H5T_NATIVE_INT64
+                   : std::is_same_v<T, std::int32_t> ? H5T_NATIVE_INT32
+                                                     : H5T_NATIVE_INT8;
+    static_assert(std::is_same_v<T, double> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::int32_t> ||
+                  std::is_same_v<T, std::int8_t>);
+    return h5::Handle(H5Tcopy(native), H5Tclose, "column type");
+  }
 }
+
+// The compound type of a row struct from its column list (H5Tinsert copies each member's type).
+#define NTP_INSERT_COLUMN(type, name) H5Tinsert(t, #name, offsetof(Row, name), column_type<type>());
+#define NTP_COMPOUND(RowType, COLUMNS)                                                            \
+  [] {                                                                                            \
+    using Row = RowType;                                                                          \
+    h5::Handle t(H5Tcreate(H5T_COMPOUND, sizeof(Row)), H5Tclose, "compound type " #RowType);     \
+    COLUMNS(NTP_INSERT_COLUMN)                                                                    \
+    return t;                                                                                     \
+  }()
+}  // namespace
+
+void Recorder::make_types() {
+  row_type_ = NTP_COMPOUND(StepRow, NTP_STEP_COLUMNS);
+  event_type_ = NTP_COMPOUND(EventRow, NTP_EVENT_COLUMNS);
+  incarnation_type_ = NTP_COMPOUND(IncarnationRow, NTP_INCARNATION_COLUMNS);
+}
+#undef NTP_COMPOUND
+#undef NTP_INSERT_COLUMN
 
 Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int replicas)
     : path_(path), ranks_(ranks), replicas_(replicas) {

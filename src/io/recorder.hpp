@@ -3,6 +3,7 @@
 // datasets and the file is flushed after every step, so a job killed mid-run leaves a file that
 // opens and holds every completed step. See results/README.md for the schema.
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,46 +18,68 @@ namespace ntp {
 
 inline constexpr const char* kSchemaVersion = "1";
 
-// One row of /steps (results/README.md documents every field).
-struct StepRow {
-  std::int64_t step;              // schedule step (slot), from 1
-  std::int64_t optimizer_step;    // AdamW steps taken after this row (goes back after a restore)
-  double t_start, t_end;          // seconds since the run started
-  std::int64_t sample_begin;      // global cursor at the start of the step
-  std::int64_t samples;           // sequences processed this step (all replicas)
-  std::int64_t tokens;            // tokens processed
-  std::int64_t tokens_committed;  // tokens whose update was applied and never rolled back
-  double loss;                    // mean token loss over the step's global batch
-  double grad_norm;               // before clipping
-  double lr;
-  double flops;                   // analytic model FLOPs of the step
-  double mfu;                     // flops / (step time * ranks * peak per rank)
-  std::int32_t live_ranks;
-  std::int32_t active_replicas;
-  double recovery_seconds;        // detect + reconfigure + heal before this step
-  double idle_seconds;            // waiting with every replica down, before this step
-  std::int8_t paced_overrun;      // a paced compute phase ran over its emulated time
-};
+// The columns of the compound datasets, declared once. Each list X(C++ type, name) makes its row
+// struct here and its HDF5 compound type in recorder.cpp, in this order; results/README.md's
+// tables are checked against the files (tests/integration/test_schema_doc.py), so a column added
+// here without its documentation fails there.
+template <std::size_t N>
+using FixedText = char[N];  // a fixed-length, NUL-padded string column
 
-struct EventRow {
-  double time;
-  std::int64_t step;
-  char kind[16];
-  std::int32_t rank, replica;
-  double bytes, duration;
-  char detail[96];
+// /steps: one row per executed step.
+#define NTP_STEP_COLUMNS(X)                                                                       \
+  X(std::int64_t, step)             /* schedule step (slot), from 1 */                            \
+  X(std::int64_t, optimizer_step)   /* AdamW steps taken after this row (back after a restore) */ \
+  X(double, t_start)                /* seconds since the run started */                           \
+  X(double, t_end)                                                                                \
+  X(std::int64_t, sample_begin)     /* global cursor at the start of the step */                  \
+  X(std::int64_t, samples)          /* sequences processed this step (all replicas) */            \
+  X(std::int64_t, tokens)           /* tokens processed */                                        \
+  X(std::int64_t, tokens_committed) /* tokens whose update was applied and never rolled back */   \
+  X(double, loss)                   /* mean token loss over the step's global batch */            \
+  X(double, grad_norm)              /* before clipping */                                         \
+  X(double, lr)                                                                                   \
+  X(double, flops)                  /* analytic model FLOPs of the step */                        \
+  X(double, mfu)                    /* flops / (step time * ranks * peak per rank) */             \
+  X(std::int32_t, live_ranks)                                                                     \
+  X(std::int32_t, active_replicas)                                                                \
+  X(double, recovery_seconds)       /* detect + reconfigure + heal before this step */            \
+  X(double, idle_seconds)           /* waiting with every replica down, before this step */       \
+  X(std::int8_t, paced_overrun)     /* a paced compute phase ran over its emulated time */
+
+// /events: kills, revivals and what they caused.
+#define NTP_EVENT_COLUMNS(X) \
+  X(double, time)            \
+  X(std::int64_t, step)      \
+  X(FixedText<16>, kind)     \
+  X(std::int32_t, rank)      \
+  X(std::int32_t, replica)   \
+  X(double, bytes)           \
+  X(double, duration)        \
+  X(FixedText<96>, detail)
+
+// /ranks/incarnations: one process that held a logical rank; a rank killed and revived for real
+// has two, the second a new process.
+#define NTP_INCARNATION_COLUMNS(X) \
+  X(std::int32_t, rank)            \
+  X(std::int64_t, pid)             \
+  X(FixedText<64>, host)           \
+  X(double, t_start)               /* seconds since the run started */ \
+  X(double, t_end)                 /* NaN while it lives */
+
+#define NTP_ROW_MEMBER(type, name) type name;
+struct StepRow {
+  NTP_STEP_COLUMNS(NTP_ROW_MEMBER)
 };
+struct EventRow {
+  NTP_EVENT_COLUMNS(NTP_ROW_MEMBER)
+};
+struct IncarnationRow {
+  NTP_INCARNATION_COLUMNS(NTP_ROW_MEMBER)
+};
+#undef NTP_ROW_MEMBER
+
 EventRow make_event(double time, std::int64_t step, const std::string& kind, int rank, int replica, double bytes,
                     double duration, const std::string& detail);
-
-// One process that held a logical rank (/ranks/incarnations): a rank killed for real and revived
-// has two, the second a new process.
-struct IncarnationRow {
-  std::int32_t rank;
-  std::int64_t pid;
-  char host[64];
-  double t_start, t_end;  // seconds since the run started; t_end NaN while it lives
-};
 
 // One rank's process after a step (/ranks/rss_bytes, /ranks/open_fds): -1 where no live process
 // of the rank reported (dead, or a row written without its report).
@@ -106,9 +129,8 @@ class Recorder {
   void make_types();
   std::string path_;
   std::unique_ptr<h5::File> file_;
-  h5::Handle steps_, tp_degrees_, batches_, states_, phases_, events_, row_type_, event_type_, kind_type_,
-      detail_type_, incarnations_, incarnation_type_, host_type_,
-      rss_, fds_;
+  h5::Handle steps_, tp_degrees_, batches_, states_, phases_, events_, row_type_, event_type_, incarnations_,
+      incarnation_type_, rss_, fds_;
   int ranks_ = 0, replicas_ = 0;
   std::vector<StepRow> rows_;
   std::vector<ReplicaRow> replica_rows_;
