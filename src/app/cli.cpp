@@ -87,7 +87,10 @@ void add_model_flags(CLI::App& app, ModelFlags& m, Options& o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--steps", o.steps, "Training steps to run")->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "Seed for weights and synthetic data");
-  app.add_option("--data", o.data, "'synthetic' (seeded Markov chain) or a file read as bytes (needs V >= 256)");
+  app.add_option("--data", o.data,
+                 "'synthetic' (seeded Markov chain); an llm.c token file (magic 20240520: uint16 tokens, 20240801: "
+                 "uint32; every id < --vocab; jobs/data/prepare.py writes one from text), which a .bin file must be; "
+                 "or any other file, read as bytes (needs V >= 256)");
 }
 
 void add_optimizer_flags(CLI::App& app, ModelFlags& m, Options& o) {
