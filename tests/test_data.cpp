@@ -134,6 +134,7 @@ TEST_F(DataFile, EveryBadFileIsRefusedWithItsReason) {
   expect_refused(token_file("few.bin", ramp16(9, 1), 20240520, 1), 50257, 8,
                  {"few.bin", "holds 9 tokens; sequences of 8 tokens need at least 10"});
   expect_refused((dir_ / "missing.bin").string(), 50257, 8, {"cannot open data file", "missing.bin"});
+  expect_refused(dir_.string(), 50257, 8, {dir_.string(), "is not a regular file"});
   // The largest id decides: 50256 fits V = 50257, not V = 50000.
   const std::vector<std::uint16_t> ids{1, 2, 50256, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   const auto big = token_file("vocab.bin", ids, 20240520, 1);

@@ -129,8 +129,10 @@ std::pair<std::shared_ptr<const unsigned char>, std::int64_t> map_file(const std
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw DataError(fmt::format("cannot open data file '{}': {}", path, std::strerror(errno)));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size == 0) {
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (!regular || st.st_size == 0) {
     ::close(fd);
+    if (!regular) throw DataError(fmt::format("data file '{}' is not a regular file", path));
     return {nullptr, 0};
   }
   const std::size_t len = static_cast<std::size_t>(st.st_size);
