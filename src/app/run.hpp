@@ -11,6 +11,9 @@ struct UsageError : std::runtime_error {
 };
 
 int run_training(Options o, Comm& world);
+// --data: refuses a bad data file with UsageError on every rank, after one check on rank 0
+// (run_training.cpp).
+void validate_data_file(const Options& o, Comm& world);
 int run_replay(const Options& o, Comm& world);
 // A process spawned to replace a dead rank (--kill-mode signal): `parent` is the survivors' group
 // with it appended (join_parent()); it learns the run's state from them and trains to the end.

@@ -39,6 +39,7 @@ int run_replay(const Options& cli, Comm& world) {
     ckpt = h5::get_attr_string(f.id(), "/", "final_checkpoint");
   }
   if (steps.empty()) throw UsageError(cli.replay + " records no steps");
+  validate_data_file(o, world);
   o.tp = 1;
   o.pp = 1;  // each recorded step's whole global batch as one micro-batch
   o.micro_batches = 1;

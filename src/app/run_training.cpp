@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "data.hpp"
 #include "fault.hpp"
 #include "run.hpp"
 #include "training_run.hpp"
@@ -46,6 +47,22 @@ std::vector<std::string> job_hosts(Comm& world) {
 }
 
 }  // namespace
+
+// --data FILE: rank 0 checks the file's format and size and, for a token file, every token id
+// against the vocabulary (one full pass, at start-up); every rank learns its verdict, so a bad file
+// is refused (exit 2) before any rank trains. Each rank then maps the file and checks its header.
+void validate_data_file(const Options& o, Comm& world) {
+  std::string why;
+  if (world.rank() == 0) {
+    try {
+      validate_data(o.data, o.model.vocab, o.seq);
+    } catch (const DataError& e) {
+      why = e.what();
+    }
+  }
+  why = broadcast_string(world, why);
+  if (!why.empty()) throw UsageError(why);
+}
 
 // Walks the schedule through the policy: every membership the run will see must leave a way
 // forward. Throws UsageError naming the step.
@@ -129,6 +146,7 @@ int run_training(Options o, Comm& world) {
                                              o.pp, o.tp * o.pp, world.size()));
   std::vector<std::string> hosts = job_hosts(world);
   Schedule schedule = validate_schedule(o, hosts);
+  validate_data_file(o, world);
   settle_revivals_across_hosts(o, hosts, schedule, mode_chosen, root);
   if (root) note_tp_groups_across_hosts(o, hosts);
   if (o.check) {

@@ -1,10 +1,19 @@
 #include "data.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
 #include <cmath>
-#include <fstream>
-#include <iterator>
+#include <cstring>
+#include <filesystem>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -89,34 +98,152 @@ std::string MarkovData::describe() const {
                      K_, entropy_rate());
 }
 
-ByteFileData::ByteFileData(const std::string& path, int T) : path_(path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open data file '" + path + "'");
-  bytes_.assign(std::istreambuf_iterator<char>(f), {});
-  if (bytes_.size() < std::size_t(T) + 2)
-    throw std::runtime_error(fmt::format("data file '{}' has {} bytes; sequences of {} tokens need at least {}", path,
-                                         bytes_.size(), T, T + 2));
+namespace {
+
+// llm.c's token files (dev/data/data_common.py, write_datafile), told apart by their magic.
+struct TokenFormat {
+  const char* name;
+  std::int32_t magic, version;
+  int width;  // bytes per token
+};
+constexpr TokenFormat kTokenFormats[] = {{"GPT-2, uint16 tokens", 20240520, 1, 2},
+                                         {"Llama 3, uint32 tokens", 20240801, 7, 4}};
+constexpr std::int64_t kHeaderBytes = 256 * 4;
+// The header and the tokens are little-endian.
+static_assert(std::endian::native == std::endian::little, "token files are read in place: a little-endian host");
+
+std::int32_t int32_at(const unsigned char* p, int i) {
+  std::int32_t v;
+  std::memcpy(&v, p + 4 * i, 4);
+  return v;
 }
 
-void ByteFileData::sample(std::int64_t g, int T, int* tokens, int* targets) const {
-  const std::int64_t N = static_cast<std::int64_t>(bytes_.size());
-  const std::int64_t o = (g * T) % (N - T - 1);
+const TokenFormat* token_format(std::int32_t magic) {
+  for (const auto& f : kTokenFormats)
+    if (f.magic == magic) return &f;
+  return nullptr;
+}
+
+// The whole file, mapped read-only (nullptr for an empty file), and its size.
+std::pair<std::shared_ptr<const unsigned char>, std::int64_t> map_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw DataError(fmt::format("cannot open data file '{}': {}", path, std::strerror(errno)));
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (!regular || st.st_size == 0) {
+    ::close(fd);
+    if (!regular) throw DataError(fmt::format("data file '{}' is not a regular file", path));
+    return {nullptr, 0};
+  }
+  const std::size_t len = static_cast<std::size_t>(st.st_size);
+  void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);  // the mapping keeps the file
+  if (p == MAP_FAILED) throw DataError(fmt::format("cannot map data file '{}': {}", path, std::strerror(err)));
+  auto unmap = [len](const unsigned char* q) { ::munmap(const_cast<unsigned char*>(q), len); };
+  return {std::shared_ptr<const unsigned char>(static_cast<const unsigned char*>(p), unmap),
+          static_cast<std::int64_t>(st.st_size)};
+}
+
+template <class Tok>
+std::int64_t max_of(const unsigned char* p, std::int64_t n) {
+  Tok m = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    Tok v;
+    std::memcpy(&v, p + i * sizeof(Tok), sizeof(Tok));
+    m = std::max(m, v);
+  }
+  return m;
+}
+
+}  // namespace
+
+FileData::FileData(const std::string& path, int T) : path_(path), format_("byte-level") {
+  std::int64_t size = 0;
+  std::tie(map_, size) = map_file(path);
+  const TokenFormat* f = size >= 4 ? token_format(int32_at(map_.get(), 0)) : nullptr;
+  if (!f && std::filesystem::path(path).extension() == ".bin")
+    throw DataError(size < 4 ? fmt::format("data file '{}' has {} bytes: too short for a token file", path, size)
+                             : fmt::format("data file '{}' is not a token file: it starts with {}, not the magic {} "
+                                           "({}) or {} ({})",
+                                           path, int32_at(map_.get(), 0), kTokenFormats[0].magic, kTokenFormats[0].name,
+                                           kTokenFormats[1].magic, kTokenFormats[1].name));
+  tokens_ = map_.get(), n_ = size;
+  if (f) {
+    if (size < kHeaderBytes)
+      throw DataError(fmt::format("data file '{}' has {} bytes: too short for the {}-byte header of a token file",
+                                  path, size, kHeaderBytes));
+    const std::int32_t version = int32_at(map_.get(), 1), count = int32_at(map_.get(), 2);
+    if (version != f->version)
+      throw DataError(fmt::format("data file '{}': unknown version {} of the token format with magic {} ({}); "
+                                  "this reader knows version {}",
+                                  path, version, f->magic, f->name, f->version));
+    if (count < 0 || kHeaderBytes + std::int64_t(count) * f->width != size)
+      throw DataError(fmt::format("data file '{}': its header counts {} tokens ({} bytes with the header) but the "
+                                  "file has {} bytes",
+                                  path, count, kHeaderBytes + std::int64_t(count) * f->width, size));
+    format_ = f->name, width_ = f->width, tokens_ = map_.get() + kHeaderBytes, n_ = count;
+  }
+  if (n_ < std::int64_t(T) + 2)
+    throw DataError(fmt::format("data file '{}' holds {} tokens; sequences of {} tokens need at least {}", path, n_,
+                                T, T + 2));
+}
+
+std::int64_t FileData::at(std::int64_t i) const {
+  if (width_ == 1) return tokens_[i];
+  if (width_ == 2) {
+    std::uint16_t v;
+    std::memcpy(&v, tokens_ + 2 * i, 2);
+    return v;
+  }
+  std::uint32_t v;
+  std::memcpy(&v, tokens_ + 4 * i, 4);
+  return v;
+}
+
+std::int64_t FileData::max_token() const {
+  if (width_ == 1) return max_of<std::uint8_t>(tokens_, n_);
+  return width_ == 2 ? max_of<std::uint16_t>(tokens_, n_) : max_of<std::uint32_t>(tokens_, n_);
+}
+
+void FileData::sample(std::int64_t g, int T, int* tokens, int* targets) const {
+  const std::int64_t o = (g * T) % (n_ - T - 1);
   for (int t = 0; t < T; ++t) {
-    tokens[t] = bytes_[o + t];
-    targets[t] = bytes_[o + t + 1];
+    tokens[t] = static_cast<int>(at(o + t));
+    targets[t] = static_cast<int>(at(o + t + 1));
   }
 }
 
-std::string ByteFileData::describe() const {
-  return fmt::format("byte-level file {} ({} bytes)", path_, bytes_.size());
+std::string FileData::describe() const {
+  return width_ == 1 ? fmt::format("byte-level file {} ({} bytes)", path_, n_)
+                     : fmt::format("token file {} ({} tokens; llm.c format, {})", path_, n_, format_);
+}
+
+namespace {
+void check_vocab(const FileData& d, const std::string& spec, int vocab) {
+  if (d.bytes() && vocab < 256)
+    throw DataError(
+        fmt::format("--data {}: byte-level data needs a vocabulary of at least 256 (got {})", spec, vocab));
+}
+}  // namespace
+
+void validate_data(const std::string& spec, int vocab, int T) {
+  if (spec == "synthetic") return;
+  const FileData d(spec, T);
+  check_vocab(d, spec, vocab);
+  if (d.bytes() || vocab >= d.width_limit()) return;
+  const std::int64_t top = d.max_token();
+  if (top >= vocab)
+    throw DataError(fmt::format("data file '{}': token id {} is outside the vocabulary of {} tokens; the file needs "
+                                "--vocab {} or more",
+                                spec, top, vocab, top + 1));
 }
 
 std::unique_ptr<DataSource> make_data(const std::string& spec, int vocab, int T, std::uint64_t seed) {
   if (spec == "synthetic") return std::make_unique<MarkovData>(vocab, seed);
-  if (vocab < 256)
-    throw std::invalid_argument(
-        fmt::format("--data {}: byte-level data needs a vocabulary of at least 256 (got {})", spec, vocab));
-  return std::make_unique<ByteFileData>(spec, T);
+  auto d = std::make_unique<FileData>(spec, T);
+  check_vocab(*d, spec, vocab);
+  return d;
 }
 
 }  // namespace ntp

@@ -74,7 +74,9 @@ std::vector<OptionSpec> layout_options() {
        .check = Check::Positive},
       {.flag = "--seed", .key = "seed", .field = NTP_FIELD(seed), .help = "Seed for weights and synthetic data"},
       {.flag = "--data", .key = "data", .field = NTP_FIELD(data),
-       .help = "'synthetic' (seeded Markov chain) or a file read as bytes (needs V >= 256)"},
+       .help = "'synthetic' (seeded Markov chain); an llm.c token file (magic 20240520: uint16 tokens, 20240801: "
+               "uint32; every id < --vocab; jobs/data/prepare.py writes one from text), which a .bin file must be; "
+               "or any other file, read as bytes (needs V >= 256)"},
   };
 }
 
