@@ -126,7 +126,8 @@ test-system: py-deps
 	$(MAKE) MPI=system BUILD=build-system CMAKE_FLAGS="-DNTPBENCH_CUDA=OFF -DNTPBENCH_BENCH=OFF" build
 	cd build-system && ctest --output-on-failure
 	NTPBENCH_BUILD=$(CURDIR)/build-system $(PY) -m pytest -q tests/integration/test_policies.py \
-	  tests/integration/test_cli.py tests/integration/test_real_failures.py tests/integration/test_hang.py
+	  tests/integration/test_cli.py tests/integration/test_real_failures.py tests/integration/test_hang.py \
+	  tests/integration/test_launcher.py
 
 # AddressSanitizer + UndefinedBehaviorSanitizer (README "Testing"): the engine, the tests and the
 # binary built with -fsanitize=address,undefined (no CUDA, no benchmarks) into build-sanitize/,

@@ -62,13 +62,13 @@ def binary():
 TIMEOUT_WITH_STACKS = ROOT / "tests" / "timeout_with_stacks.sh"
 
 
-def ntpbench(ranks, *args, check=True, timeout=300, launch_through=()):
+def ntpbench(ranks, *args, check=True, timeout=300, launch_through=(), mpirun=MPIRUN, env=None):
     """Runs `mpirun -np ranks ntpbench args...` (each rank started by the command `launch_through`,
-    if given); returns the CompletedProcess. A run still going after `timeout` seconds fails the
-    test with where each of its processes waited."""
-    cmd = [*MPIRUN, "-np", str(ranks), *launch_through, str(NTPBENCH), *map(str, args)]
-    p = subprocess.run([str(TIMEOUT_WITH_STACKS), str(timeout), *cmd], env=ENV, capture_output=True, text=True,
-                       timeout=timeout + 600)
+    if given; `mpirun` another launcher, `env` variables added); returns the CompletedProcess. A run
+    still going after `timeout` seconds fails the test with where each of its processes waited."""
+    cmd = [*mpirun, "-np", str(ranks), *launch_through, str(NTPBENCH), *map(str, args)]
+    p = subprocess.run([str(TIMEOUT_WITH_STACKS), str(timeout), *cmd], env={**ENV, **(env or {})},
+                       capture_output=True, text=True, timeout=timeout + 600)
     if p.returncode == 124:
         raise AssertionError(f"{' '.join(cmd)} hung: still running after {timeout} s\n{p.stdout[-3000:]}\n"
                              f"{p.stderr[-60000:]}")
