@@ -1,4 +1,5 @@
-"""A real small run of build/ntpbench (4 ranks, tiny, TP 2), read through the schema-1 contract.
+"""A real small run of ntpbench (4 ranks, tiny, TP 2), read through the schema-1 contract: the build
+in NTPBENCH_BUILD (default build/, as for tests/integration), under the mpirun it was built with.
 
 Skipped only when the binary has not been built. It does NOT accept the pre-v1 development
 schema ("0.1"): until the recorder writes schema 1 (results/README.md) this test fails, on purpose,
@@ -17,19 +18,31 @@ from analysis.__main__ import main as cli
 from analysis.runfile import EVENT_FIELDS, REPLICA_DATASETS, STEP_FIELDS, SUMMARY_KEYS, load_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.path.join(REPO, "build", "ntpbench")
+BUILD = os.environ.get("NTPBENCH_BUILD", os.path.join(REPO, "build"))
+BINARY = os.path.join(BUILD, "ntpbench")
 STEPS = 6
+
+
+def build_mpirun():
+    """The build's launcher (MPIEXEC_EXECUTABLE in its CMake cache), else the first `mpirun` on PATH."""
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            found = [line.split("=", 1)[1].strip() for line in f if line.startswith("MPIEXEC_EXECUTABLE:")]
+    except OSError:
+        found = []
+    return found[0] if found and found[0] else shutil.which("mpirun")
 
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     if not os.path.exists(BINARY):
         pytest.skip(f"{BINARY} not built (run `make build`); the real-run analysis test needs it")
-    if shutil.which("mpirun") is None:
+    mpirun = build_mpirun()
+    if mpirun is None:
         pytest.skip("mpirun not found")
     out = str(tmp_path_factory.mktemp("real") / "tiny.h5")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = ["mpirun", "--oversubscribe", "-np", "4", BINARY, "--preset", "tiny", "--tp", "2", "--steps", str(STEPS),
+    cmd = [mpirun, "--oversubscribe", "-np", "4", BINARY, "--preset", "tiny", "--tp", "2", "--steps", str(STEPS),
            "--out", out, "--no-final-checkpoint", "--quiet"]
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout}\n{res.stderr}"

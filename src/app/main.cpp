@@ -13,6 +13,7 @@
 #include "checkpoint.hpp"
 #include "cli.hpp"
 #include "fault.hpp"
+#include "launcher.hpp"
 #include "machine.hpp"
 #include "run.hpp"
 
@@ -43,6 +44,10 @@ int main(int argc, char** argv) {
       parent.reset();
       return ntp::finish_mpi(code);
     }
+    // Not for a replacement: the job's own launcher started it, and its peers wait for it.
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if ((code = ntp::check_launcher(rank, size)) != 0) return ntp::finish_mpi(code);
     ntp::connect_world();
     // Every rank parses the same arguments and so reaches the same verdict; rank 0 speaks.
     ntp::ParseResult parsed = ntp::parse_options(argc, argv, rank == 0);

@@ -31,6 +31,27 @@ MPIRUN = [_cache("MPIEXEC_EXECUTABLE", "mpirun") or "mpirun", "--oversubscribe",
 ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
 
 
+def skip_or_fail(reason, require):
+    """Skips the test for `reason`, or fails it where the environment variable `require` is set:
+    CI sets NTPBENCH_REQUIRE_* where a test must run, so that nothing it meant to cover is lost."""
+    __tracebackhide__ = True  # report the test's line, not this one
+    if os.environ.get(require, "") not in ("", "0"):
+        pytest.fail(f"{reason} ({require} is set, so this is a failure, not a skip)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def ulfm():
+    """For the tests that need real kills: a build whose MPI has ULFM (NTPBENCH_REQUIRE_ULFM=1: or fail)."""
+    if not ULFM:
+        skip_or_fail(f"this build's MPI has no ULFM ({BUILD}/CMakeCache.txt: NTPBENCH_HAVE_ULFM is off; "
+                     "make MPI=system): fence mode only", "NTPBENCH_REQUIRE_ULFM")
+
+
+# Marks a test (or, as `pytestmark`, a module) that needs ULFM.
+needs_ulfm = pytest.mark.usefixtures("ulfm")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def binary():
     if not NTPBENCH.exists():
@@ -41,13 +62,13 @@ def binary():
 TIMEOUT_WITH_STACKS = ROOT / "tests" / "timeout_with_stacks.sh"
 
 
-def ntpbench(ranks, *args, check=True, timeout=300, launch_through=()):
+def ntpbench(ranks, *args, check=True, timeout=300, launch_through=(), mpirun=MPIRUN, env=None):
     """Runs `mpirun -np ranks ntpbench args...` (each rank started by the command `launch_through`,
-    if given); returns the CompletedProcess. A run still going after `timeout` seconds fails the
-    test with where each of its processes waited."""
-    cmd = [*MPIRUN, "-np", str(ranks), *launch_through, str(NTPBENCH), *map(str, args)]
-    p = subprocess.run([str(TIMEOUT_WITH_STACKS), str(timeout), *cmd], env=ENV, capture_output=True, text=True,
-                       timeout=timeout + 600)
+    if given; `mpirun` another launcher, `env` variables added); returns the CompletedProcess. A run
+    still going after `timeout` seconds fails the test with where each of its processes waited."""
+    cmd = [*mpirun, "-np", str(ranks), *launch_through, str(NTPBENCH), *map(str, args)]
+    p = subprocess.run([str(TIMEOUT_WITH_STACKS), str(timeout), *cmd], env={**ENV, **(env or {})},
+                       capture_output=True, text=True, timeout=timeout + 600)
     if p.returncode == 124:
         raise AssertionError(f"{' '.join(cmd)} hung: still running after {timeout} s\n{p.stdout[-3000:]}\n"
                              f"{p.stderr[-60000:]}")

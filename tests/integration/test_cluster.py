@@ -17,11 +17,10 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ENV, MPIRUN, NTPBENCH, ROOT, ULFM, replay
+from conftest import ENV, MPIRUN, NTPBENCH, ROOT, ULFM, needs_ulfm, replay, skip_or_fail
 
 HARNESS = ROOT / "tests" / "cluster"
 SBATCH = ROOT / "jobs" / "slurm" / "ntpbench.sbatch"
-REQUIRE = os.environ.get("NTPBENCH_REQUIRE_CLUSTER", "") not in ("", "0")
 PY = ROOT / ".venv" / "bin" / "python"
 NET = "10.77.0"
 # What a real cluster sets too (jobs/README.md): Open MPI's TCP traffic and PRRTE's daemons on the
@@ -32,9 +31,7 @@ TINY = ["--preset", "tiny", "--tp", "4", "--quiet"]
 
 
 def unavailable(msg):
-    if REQUIRE:
-        pytest.fail(f"{msg} (NTPBENCH_REQUIRE_CLUSTER is set, so this is a failure, not a skip)")
-    pytest.skip(msg)
+    skip_or_fail(msg, "NTPBENCH_REQUIRE_CLUSTER")
 
 
 def left_behind(d):
@@ -263,7 +260,7 @@ def test_node_killed_and_revived_on_three_nodes(cluster, policy, tmp_path):
     assert [d for s, _, d in events(h5, "node_up")] == ["node2: ranks [4, 5, 6, 7]"]
 
 
-@pytest.mark.skipif(not ULFM, reason="real kills need an MPI with ULFM")
+@needs_ulfm
 def test_node_processes_really_die_under_signal(cluster):
     d, env = cluster
     sched = d / "node-kill.yaml"
@@ -278,7 +275,7 @@ def test_node_processes_really_die_under_signal(cluster):
     check_node_failure(h5, revived=False, collateral_ok=True)
 
 
-@pytest.mark.skipif(not ULFM, reason="real kills need an MPI with ULFM")
+@needs_ulfm
 def test_a_node_killed_from_outside(cluster):
     """Every ntpbench process on node2, found in /ranks/incarnations, killed at once from outside.
 

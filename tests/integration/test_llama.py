@@ -7,7 +7,7 @@ import json
 import h5py
 import pytest
 
-from conftest import ULFM, events, ntpbench, replay, replicas, schedule, steps
+from conftest import events, needs_ulfm, ntpbench, replay, replicas, schedule, steps
 
 # --eps 1e-6: with AdamW's 1e-8 an untied-embedding gradient element at rounding level takes a step
 # of up to lr/2 whose sign is rounding's, so layouts may drift apart by more than the comparison
@@ -72,7 +72,7 @@ def test_checkpoint_written_at_tp2_resumes_at_tp1(tmp_path):
     assert got == pytest.approx(want, rel=1e-5)
 
 
-@pytest.mark.skipif(not ULFM, reason="this build's MPI has no ULFM (make MPI=system): fence mode only")
+@needs_ulfm
 def test_real_failure_under_ntp_replays(tmp_path):
     out = tmp_path / "ft.h5"
     text = "events:\n  - {step: 3, kill: [1]}\n  - {step: 7, revive: [1]}\n"

@@ -13,7 +13,7 @@ import time
 import h5py
 import pytest
 
-from conftest import NTPBENCH, ROOT, ULFM
+from conftest import NTPBENCH, ROOT, ULFM, skip_or_fail
 
 
 def text(v):
@@ -22,14 +22,11 @@ def text(v):
 
 HARNESS = ROOT / "tests" / "slurm"
 SLURM = ROOT / "jobs" / "slurm"
-REQUIRE = os.environ.get("NTPBENCH_REQUIRE_SLURM", "") not in ("", "0")
 PY = ROOT / ".venv" / "bin" / "python"
 
 
 def unavailable(msg):
-    if REQUIRE:
-        pytest.fail(f"{msg} (NTPBENCH_REQUIRE_SLURM is set, so this is a failure, not a skip)")
-    pytest.skip(msg)
+    skip_or_fail(msg, "NTPBENCH_REQUIRE_SLURM")
 
 
 @pytest.fixture(scope="session")

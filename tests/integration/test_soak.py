@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import BUILD, ENV, MPIRUN, ROOT, ULFM, ntpbench, replay, schedule
+from conftest import BUILD, ENV, MPIRUN, ROOT, needs_ulfm, ntpbench, replay, schedule
 
 TINY = ["--preset", "tiny", "--micro-batch", 4, "--quiet"]
 
@@ -34,7 +34,7 @@ def test_every_rank_samples_memory_and_descriptors_each_step(tmp_path):
     assert "healthy.h5" in p.stdout and p.stdout.rstrip().endswith("ok")
 
 
-@pytest.mark.skipif(not ULFM, reason="needs real kills (ULFM)")
+@needs_ulfm
 def test_a_dead_rank_has_no_samples_and_its_new_process_does(tmp_path):
     # Logical rank 0 (the recorder) dies at step 4 and returns at step 7: the recorder moves to
     # rank 1, which reopens the file and goes on writing the samples.
@@ -50,7 +50,7 @@ def test_a_dead_rank_has_no_samples_and_its_new_process_does(tmp_path):
     replay(out)
 
 
-@pytest.mark.skipif(not ULFM, reason="needs real kills (ULFM)")
+@needs_ulfm
 def test_the_library_cost_program_measures_replacements_and_the_soak_reads_it(tmp_path):
     # bench/ulfm_respawn_cost at 4 ranks, 8 cycles: a sample per cycle, a fitted cost, and a rank 0
     # that ends holding a descriptor for a peer in another job. Then a real-kill run is judged with it.
