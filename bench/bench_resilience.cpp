@@ -291,8 +291,8 @@ void register_heal(const HealCase& hc) {
       return;
     }
     const int need = 2 * hc.tp;
-    // Exactly 2 t ranks: the Trainer's constructor (and configure_threads) split MPI_COMM_WORLD by
-    // node, so every world rank must build it. Same answer on every rank.
+    // Exactly 2 t ranks: configure_threads splits the world by node, so every world rank must call
+    // it. Same answer on every rank.
     if (world_size() != need) {
       st.SkipWithError(("needs exactly " + std::to_string(need) + " ranks (mpirun -np " + std::to_string(need) +
                         ")").c_str());
@@ -310,7 +310,7 @@ void register_heal(const HealCase& hc) {
     o.micro_batch = hc.micro_batch;
     o.policy = "ntp";
     o.quiet = true;
-    const int threads = configure_threads(0);
+    const int threads = configure_threads(0, *g_world);
     Trainer trainer(o, *g_world, o.micro_batch);
     std::vector<char> all(need, 1), one_dead(need, 1);
     one_dead[1] = 0;  // TP index 1 of replica 0

@@ -137,7 +137,7 @@ void register_all() {
       o.micro_batch = 4;
       o.tp = 1;
       o.quiet = true;
-      const int threads = configure_threads(0);
+      const int threads = configure_threads(0, *world_comm());  // ranks on the node share its cores
       Trainer trainer(o, *g_self, o.micro_batch);
       GemmSet gemms(o.model, o.micro_batch, o.seq);
       const double step_flops = training_flops(o.model, o.micro_batch, o.seq);

@@ -128,10 +128,10 @@ void raise_cache(const std::string& path, const std::string& key, double gflops)
 }
 }  // namespace
 
-int configure_threads(int requested) {
+int configure_threads(int requested, Comm& group) {
   int n = requested;
   if (n <= 0) {
-    auto node = node_comm();
+    auto node = group.split_node();
     cpu_set_t set;
     const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
                                                                       : int(std::thread::hardware_concurrency());
@@ -171,7 +171,7 @@ MachinePeak machine_sgemm_peak(Comm& world, int threads) {
   MachinePeak p;
   p.cache_path = peak_cache_path();
   const std::string key = cache_key(threads);
-  auto node = node_comm();
+  auto node = world.split_node();
   double cached = 0;
   if (!p.cache_path.empty()) {
     const auto entries = read_cache(p.cache_path);

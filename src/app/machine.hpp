@@ -7,8 +7,9 @@ namespace ntp {
 
 class Comm;
 
-// Sets BLAS and OpenMP threads for this rank (0 = cores on the node / ranks on the node). Returns the count.
-int configure_threads(int requested);
+// Sets BLAS and OpenMP threads for this rank (0 = cores on the node / ranks of `group` on the node:
+// collective over the group then; spares, which compute nothing, are not in it). Returns the count.
+int configure_threads(int requested, Comm& group);
 
 // One rank's SGEMM probe at `threads` threads (GFLOP/s). per_core: the best call of a
 // cache-resident 512^3 GEMM on one thread (a call lasts ~3 ms, so many run whole inside one time

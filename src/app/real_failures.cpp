@@ -10,6 +10,7 @@
 
 #include "fault.hpp"
 #include "run.hpp"
+#include "spares.hpp"
 #include "training_run.hpp"
 
 namespace ntp {
@@ -75,19 +76,8 @@ void TrainingRun::adopt(std::unique_ptr<Comm> group) {
   for (int r : members_) alive_[r] = 1;
 }
 
-// Signal mode, on the survivors: new processes take the dead logical ranks `ranks`
-// (MPI_Comm_spawn, then merged), are told the run's state, and are healed from their peers.
-double TrainingRun::revive(int s, const std::vector<int>& ranks) {
-  progress(s, "a revival: spawn, merge, heal");
-  const double t_event = now();
-  std::vector<std::string> args;  // the child learns everything from the join message
-  // On a job of several hosts, each replacement goes back to its rank's host (a node's ranks to
-  // their node, where TP groups must stay); on one host, wherever the launcher has room.
-  std::vector<std::string> where;
-  if (std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1)
-    for (int r : ranks) where.push_back(hosts_[r]);
-  auto merged = group_->spawn(std::filesystem::read_symlink("/proc/self/exe").string(), args,
-                              static_cast<int>(ranks.size()), where);
+// What the processes taking over `ranks` at step s are told of the run.
+JoinMessage TrainingRun::join_message(int s, const std::vector<int>& ranks) const {
   JoinMessage m;
   m.options = o_;
   m.options.threads = threads_;
@@ -100,18 +90,96 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
   m.hosts = hosts_;
   m.peak = peak_;
   m.added_revivals = schedule_.added();
+  return m;
+}
+
+// New processes for m.ranks (MPI_Comm_spawn, then merged): the survivors' group with them, in
+// logical order.
+std::unique_ptr<Comm> TrainingRun::spawn_replacements(const JoinMessage& m) {
+  std::vector<std::string> args;  // the child learns everything from the join message
+  // On a job of several hosts, each replacement goes back to its rank's host (a node's ranks to
+  // their node, where TP groups must stay); on one host, wherever the launcher has room.
+  std::vector<std::string> where;
+  if (std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1)
+    for (int r : m.ranks) where.push_back(hosts_[r]);
+  auto merged = group_->spawn(std::filesystem::read_symlink("/proc/self/exe").string(), args,
+                              static_cast<int>(m.ranks.size()), where);
   broadcast_string(*merged, merged->rank() == 0 ? to_json(m).dump() : std::string());
-  adopt(merged->split(0, me_));
+  return merged->split(0, me_);
+}
+
+// Spares take m.ranks (`assign`: spare key, logical rank): the plan goes to the whole pool, and the
+// trainers' group, spares included, comes back in logical order.
+std::unique_ptr<Comm> TrainingRun::hand_to_spares(const JoinMessage& m, const std::vector<std::pair<int, int>>& assign) {
+  const nlohmann::json plan = {{"kind", "take"}, {"assign", assign}, {"join", to_json(m)}};
+  spares_->exchange(plan.dump());
+  spares_used_ += static_cast<int>(assign.size());
+  return spares_->regroup(assign);
+}
+
+// Signal mode, on the survivors: processes take the dead logical ranks `ranks` (spares where the
+// pool can serve them all, else new ones spawned), are told the run's state, and are healed from
+// their peers. On a job of several hosts with no spare left for them, the ranks stay dead.
+double TrainingRun::revive(int s, const std::vector<int>& ranks) {
+  progress(s, "a revival: spawn or spares, merge, heal");
+  const double t_event = now();
+  const auto assign = spares_ ? spares_->choose(ranks, hosts_) : std::vector<std::pair<int, int>>{};
+  if (assign.empty() && spares_ && std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1) {
+    if (root()) {
+      fmt::print("step {:5d}: no spare left for rank(s) {}, and this job spans hosts (no spawn): they stay dead\n", s,
+                 ranks);
+      rec_->event(make_event(t_event, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks)));
+    }
+    return 0;
+  }
+  const JoinMessage m = join_message(s, ranks);
+  adopt(assign.empty() ? spawn_replacements(m) : hand_to_spares(m, assign));
   align_clock(false);
   record_processes(ranks);
   const double spawn_seconds = now() - t_event;
+  if (root()) {
+    std::vector<std::string> who;
+    for (const auto& [key, rank] : assign)
+      who.push_back(fmt::format("spare {} ({}) -> rank {}", spares_->spare_number(key), spares_->host_of_spare(key),
+                                rank));
+    rec_->event(make_event(t_event, s, assign.empty() ? "spawn" : o_.spare_use == "takeover" ? "takeover" : "spare",
+                           -1, -1, 0, spawn_seconds,
+                           assign.empty() ? fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks)
+                                          : fmt::format("{}", fmt::join(who, "; "))));
+    fmt::print("step {:5d}: {} in {:.2f} ms\n", s,
+               assign.empty() ? fmt::format("{} new process(es) spawned for rank(s) {}", ranks.size(), ranks)
+                              : fmt::format("{}", fmt::join(who, "; ")),
+               spawn_seconds * 1e3);
+  }
   StepEvents ev;
   ev.revive = ranks;
   ev.nodes_revived = schedule_.at(s).nodes_revived;
-  const double rec = reconfigure(s, ev);
-  if (root()) rec_->event(make_event(t_event, s, "spawn", -1, -1, 0, spawn_seconds,
-                                     fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks)));
-  return spawn_seconds + rec;
+  return spawn_seconds + reconfigure(s, ev);
+}
+
+// --spare-use takeover, right after the repair of a death: spares take the dead ranks now, when the
+// pool can serve them all (a later revival of those ranks is then moot).
+double TrainingRun::take_over(int s, const std::vector<int>& lost) {
+  std::vector<int> dead;
+  for (int r : lost)
+    if (!alive_[r]) dead.push_back(r);
+  if (!spares_ || o_.spare_use != "takeover" || dead.empty() || spares_->choose(dead, hosts_).empty()) return 0;
+  return revive(s, dead);
+}
+
+void TrainingRun::use_spares(SparePool* pool, std::vector<std::string> processes) {
+  spares_ = pool;
+  spare_processes_ = std::move(processes);
+}
+
+// The end of the run for the spares still waiting: every trainer sends it, so none waits for ever.
+void TrainingRun::release_spares() {
+  if (!spares_) return;
+  try {
+    spares_->exchange(R"({"kind": "end"})");
+  } catch (const PeerFailure&) {
+    // A spare died: the others see the trainers leave, and end when none is left (run_spare).
+  }
 }
 
 // A new process's side of revive(): the same adoption and reconfiguration.
@@ -165,10 +233,12 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
     try {
       const double t0 = now();
       trainer_->revoke_all();
+      if (spares_) spares_->revoke();  // the spares wait in the pool: they repair it with us
       if (!voted) group_->agree(false);
       voted = false;
       const std::vector<int> before = members_;
       adopt(group_->shrink());
+      const std::vector<int> spares_lost = spares_ ? spares_->repair() : std::vector<int>{};
       const std::vector<std::pair<int, int>> repairs = repair_unscheduled(s, before);
       if (!alive_[recorder_]) recorder_ = members_.front();
       double times[3] = {t_notice, -t_notice, now() - t0};  // last notice, first notice, repair
@@ -195,7 +265,8 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       group_->allreduce_max(worst, 3);
       double bytes = rc.heal_bytes;
       group_->allreduce_sum(&bytes, 1);
-      if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s)) {
+      const bool taken_over = spares_ && o_.spare_use == "takeover" && !spares_->choose(lost, hosts_).empty();
+      if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s) && !taken_over) {
         std::vector<int> dead;
         for (int r = 0; r < int(alive_.size()); ++r)
           if (!alive_[r]) dead.push_back(r);
@@ -224,7 +295,12 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
                                "from the first survivor's notice to the last's"));
         rec_->event(make_event(times[0], s, "repair", -1, -1, 0, times[2], "revoke + agree + shrink"));
         record_recovery(s, ev, rc, times[0] + times[2], worst, bytes, steps_before, &how, first);
+        for (int key : spares_lost)
+          rec_->event(make_event(first, s, "spare_lost", -1, -1, 0, 0,
+                                 fmt::format("spare {} ({}) died", spares_->spare_number(key),
+                                             spares_->host_of_spare(key))));
       }
+      take_over(s, lost);
       total += (now() - t_notice);
       return total;
     } catch (const PeerFailure&) {
@@ -254,12 +330,16 @@ int run_joined(Comm& parent) {
   // the k-th logical rank revived.
   const int k = world_comm()->rank();
   const int me = m.ranks.at(k);
-  std::unique_ptr<Comm> group = parent.split(0, me);
+  return train_replacement(m, me, parent.split(0, me), nullptr);
+}
+
+int train_replacement(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, SparePool* spares) {
   Schedule schedule;
   if (!m.options.schedule.empty())
     schedule = Schedule::load(m.options.schedule, int(m.state.alive.size()), m.options.steps, m.hosts);
   for (const auto& [step, rank] : m.added_revivals) schedule.add_revival(step, rank);
-  TrainingRun run(m, me, std::move(group), std::move(schedule));
+  TrainingRun run(m, logical_rank, std::move(group), std::move(schedule));
+  run.use_spares(spares);
   const double recovery_seconds = run.join(m.step, m.ranks);
   return run.train(m.step, recovery_seconds);
 }

@@ -47,7 +47,7 @@ int run_replay(const Options& cli, Comm& world) {
   o.timing = "wall";
   o.pacing.enabled = false;
   o.schedule.clear();
-  configure_threads(o.threads);
+  configure_threads(o.threads, world);
   const int max_batch = static_cast<int>(*std::max_element(samples.begin(), samples.end()));
   Trainer trainer(o, world, max_batch);
   if (!o.init_from.empty()) trainer.load_checkpoint(o.init_from, o.init_weights_only);

@@ -5,12 +5,15 @@
 #include <filesystem>
 #include <set>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "data.hpp"
 #include "fault.hpp"
 #include "run.hpp"
+#include "spares.hpp"
 #include "training_run.hpp"
 
 namespace ntp {
@@ -110,10 +113,21 @@ void settle_kill_mode(Options& o) {
 // other hosts (MPI_Comm_spawn then fails in the new process's MPI_Init or its first message:
 // open-mpi/ompi#12601, #13521), so a signal-mode revival there cannot work. A schedule that revives
 // on such a job runs with fenced kills unless signal was asked for, which is refused.
-void settle_revivals_across_hosts(Options& o, const std::vector<std::string>& hosts, const Schedule& s,
-                                  bool mode_chosen, bool root) {
+void settle_revivals_across_hosts(Options& o, const JobLayout& layout, const Schedule& s, bool mode_chosen,
+                                  bool root) {
+  const auto& hosts = layout.trainer_hosts;
   const auto distinct = std::set<std::string>(hosts.begin(), hosts.end()).size();
   if (o.kill_mode != "signal" || distinct < 2 || s.revives() == 0) return;
+  // Spares bring ranks back on any host: each revival (each death, under takeover) takes one.
+  const int needed = o.spare_use == "takeover" ? s.kills() : s.revives();
+  if (layout.spares() > 0) {
+    if (layout.spares() < needed)
+      throw UsageError(fmt::format("{}: the schedule needs {} spare(s) ({} under --spare-use {}) but the job has {}, "
+                                   "and on a job of several hosts no process can be spawned instead",
+                                   o.schedule, needed, o.spare_use == "takeover" ? "one per kill" : "one per revival",
+                                   o.spare_use, layout.spares()));
+    return;
+  }
   const std::string why = fmt::format(
       "this job spans {} hosts and the schedule revives ranks, but Open MPI 5.0 cannot connect processes "
       "spawned in a multi-host job to the ranks on other hosts (open-mpi/ompi#13521)",
@@ -136,24 +150,47 @@ void note_tp_groups_across_hosts(const Options& o, const std::vector<std::string
   }
 }
 
+namespace {
+// A trainer's run from step 1 (with spares: `pool`, and the spares' processes on the recorder).
+int train_from_start(const Options& o, Comm& group, Schedule schedule, std::vector<std::string> hosts,
+                     SparePool* pool, std::vector<std::string> spare_processes) {
+  TrainingRun run(o, group, std::move(schedule), std::move(hosts));
+  run.use_spares(pool, std::move(spare_processes));
+  run.open_results();
+  run.print_banner();
+  run.start_clock();
+  return run.train(1);
+}
+}  // namespace
+
 int run_training(Options o, Comm& world) {
   const bool root = world.rank() == 0;
   const bool mode_chosen = !o.kill_mode.empty();
   settle_kill_mode(o);
-  if (world.size() % (o.tp * o.pp) != 0)
-    throw UsageError(o.pp == 1 ? fmt::format("--tp {} does not divide the {} ranks of this job", o.tp, world.size())
-                               : fmt::format("--tp {} x --pp {} = {} does not divide the {} ranks of this job", o.tp,
-                                             o.pp, o.tp * o.pp, world.size()));
-  std::vector<std::string> hosts = job_hosts(world);
-  Schedule schedule = validate_schedule(o, hosts);
+  const JobLayout layout = layout_job(job_hosts(world), o.spares_per_host, o.spare_hosts);
+  const int trainers = layout.trainers;
+  if (trainers % (o.tp * o.pp) != 0)
+    throw UsageError(fmt::format("{} does not divide the {} trainer ranks of this job{}",
+                                 o.pp == 1 ? fmt::format("--tp {}", o.tp)
+                                           : fmt::format("--tp {} x --pp {} = {}", o.tp, o.pp, o.tp * o.pp),
+                                 trainers,
+                                 layout.spares() ? fmt::format(" ({} processes, {} of them spares)", world.size(),
+                                                               layout.spares())
+                                                 : std::string()));
+  if (layout.spares() > 0 && o.kill_mode != "signal")
+    throw UsageError("spares (--spares-per-host, --spare-hosts) replace processes that really died: they need "
+                     "--kill-mode signal (Open MPI >= 5 with ULFM, mpirun --with-ft ulfm)");
+  Schedule schedule = validate_schedule(o, layout.trainer_hosts);
   validate_data_file(o, world);
-  settle_revivals_across_hosts(o, hosts, schedule, mode_chosen, root);
-  if (root) note_tp_groups_across_hosts(o, hosts);
+  settle_revivals_across_hosts(o, layout, schedule, mode_chosen, root);
+  if (root) note_tp_groups_across_hosts(o, layout.trainer_hosts);
   if (o.check) {
     if (root)
-      fmt::print("ntpbench --check: OK: {} ranks = {} replicas x PP {} x TP {}, model {} ({:.2f}M params), {} steps, "
-                 "policy {}, schedule {} ({} kills, {} revivals), kill mode {}, timing {}\n",
-                 world.size(), world.size() / (o.tp * o.pp), o.pp, o.tp, o.preset, parameter_count(o.model) / 1e6, o.steps, o.policy,
+      fmt::print("ntpbench --check: OK: {} ranks = {} replicas x PP {} x TP {}{}, model {} ({:.2f}M params), {} "
+                 "steps, policy {}, schedule {} ({} kills, {} revivals), kill mode {}, timing {}\n",
+                 trainers, trainers / (o.tp * o.pp), o.pp, o.tp,
+                 layout.spares() ? fmt::format(" + {} spare(s) ({})", layout.spares(), o.spare_use) : std::string(),
+                 o.preset, parameter_count(o.model) / 1e6, o.steps, o.policy,
                  o.schedule.empty() ? "none" : o.schedule, schedule.kills(), schedule.revives(), o.kill_mode, o.timing);
     return 0;
   }
@@ -161,11 +198,16 @@ int run_training(Options o, Comm& world) {
   if (root && o.policy == "restart" && o.checkpoint_every == 0 && !schedule.empty())
     fmt::print("note: --policy restart without --checkpoint-every: a failure rolls back to the initial state\n");
 
-  TrainingRun run(o, world, std::move(schedule), std::move(hosts));
-  run.open_results();
-  run.print_banner();
-  run.start_clock();
-  return run.train(1);
+  if (layout.spares() == 0) return train_from_start(o, world, std::move(schedule), layout.trainer_hosts, nullptr, {});
+  // The pool holds every process, trainers first; the trainers' group is split from it.
+  const int key = layout.key.at(world.rank());
+  SparePool pool(world.split(0, key), layout, key);
+  std::unique_ptr<Comm> trainers_group = pool.comm().split(pool.is_trainer() ? 0 : -1, key);
+  const auto processes = pool.comm().gather(fmt::format("{} {}", static_cast<long long>(getpid()), host_name()), 0);
+  if (!pool.is_trainer()) return run_spare(pool);
+  const std::vector<std::string> spare_processes(processes.begin() + std::min<std::size_t>(trainers, processes.size()),
+                                                 processes.end());
+  return train_from_start(o, *trainers_group, std::move(schedule), layout.trainer_hosts, &pool, spare_processes);
 }
 
 

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "machine.hpp"
+#include "spares.hpp"
 
 namespace ntp {
 
@@ -143,6 +144,15 @@ void TrainingRun::open_results() {
     rec_->set_attr("tokens_per_sample", static_cast<long long>(o_.seq));
   }
   if (root()) rec_->set_attr("hosts", nlohmann::json(hosts_).dump());
+  if (root() && spares_) {  // spares are numbered in job order; a takeover names the spare
+    nlohmann::json spares = nlohmann::json::array();
+    for (std::size_t k = 0; k < spare_processes_.size(); ++k) {
+      const auto space = spare_processes_[k].find(' ');
+      spares.push_back({{"spare", k}, {"pid", std::stoll(spare_processes_[k].substr(0, space))},
+                        {"host", spare_processes_[k].substr(space + 1)}});
+    }
+    rec_->set_attr("spares", spares.dump());
+  }
   record_processes({});
 }
 
@@ -464,6 +474,7 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
 int TrainingRun::train(int first, double recovery_before_first) {
   const int code = train_steps(first, recovery_before_first);
   watchdog_.disarm();
+  release_spares();
   return root() ? code : 0;
 }
 
@@ -514,6 +525,10 @@ int TrainingRun::finish() {
   rec_->write_summary(wall, static_cast<int>(alive_.size()), peak_.gflops);
   rec_->set_summary("recorder_seconds", recorder_seconds_);
   rec_->set_summary("skipped_steps", static_cast<double>(skipped_steps_));
+  if (spares_) {
+    rec_->set_summary("spares_used", static_cast<double>(spares_used_));
+    rec_->set_summary("spares_left", static_cast<double>(spares_->live_spares().size()));
+  }
   double tokens = 0, committed = 0, step_s = 0;
   for (const auto& row : rec_->rows())
     tokens += row.tokens, committed += row.tokens_committed, step_s += row.t_end - row.t_start;

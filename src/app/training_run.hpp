@@ -20,6 +20,8 @@
 
 namespace ntp {
 
+class SparePool;
+
 // The peak MFU is measured against, and where it came from.
 struct Peak {
   double gflops = 0;
@@ -57,7 +59,7 @@ class TrainingRun {
   // hosts: each rank's host (job_hosts).
   TrainingRun(Options o, Comm& world, Schedule schedule, std::vector<std::string> hosts)
       : o_(std::move(o)), group_(&world), me_(world.rank()), schedule_(std::move(schedule)), hosts_(std::move(hosts)),
-        threads_(configure_threads(o_.threads)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)),
+        threads_(configure_threads(o_.threads, world)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)),
         alive_(world.size(), 1), phase_rows_(world.size()),
         usage_rows_(world.size()) {
     if (!o_.init_from.empty()) trainer_->load_checkpoint(o_.init_from, o_.init_weights_only);
@@ -69,7 +71,7 @@ class TrainingRun {
   // A replacement process: the survivors' state from `m`, over `group` (which includes it).
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
       : o_(m.options), group_(group.get()), owned_group_(std::move(group)), me_(logical_rank),
-        schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads)), peak_(m.peak),
+        schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads, *group_)), peak_(m.peak),
         alive_(m.state.alive), phase_rows_(m.state.alive.size()), usage_rows_(m.state.alive.size()), recorder_(m.recorder),
         last_ckpt_(m.last_checkpoint) {
     JoinState js = m.state;
@@ -99,6 +101,9 @@ class TrainingRun {
   void abandon(const NoProgress& e);
   // A replacement process's part of the revival at step s (the survivors are in revive()).
   double join(int s, const std::vector<int>& ranks);
+  // Spares (spares.hpp): revivals are served from `pool`, and with --spare-use takeover a death
+  // too. `processes`: on the recorder at job start, "pid host" of every spare, for the results file.
+  void use_spares(SparePool* pool, std::vector<std::string> processes = {});
 
  private:
   // The rank that holds the results file: logical rank 0 at the start; when it dies, the lowest
@@ -117,6 +122,11 @@ class TrainingRun {
   double recover(int s, const PeerFailure& e, double t_attempt);
   std::vector<std::pair<int, int>> repair_unscheduled(int s, const std::vector<int>& before);
   double revive(int s, const std::vector<int>& ranks);
+  JoinMessage join_message(int s, const std::vector<int>& ranks) const;
+  std::unique_ptr<Comm> spawn_replacements(const JoinMessage& m);
+  std::unique_ptr<Comm> hand_to_spares(const JoinMessage& m, const std::vector<std::pair<int, int>>& assign);
+  double take_over(int s, const std::vector<int>& lost);
+  void release_spares();
   double reconfigure(int s, const StepEvents& ev);
   void adopt(std::unique_ptr<Comm> group);
   void align_clock(bool joining);
@@ -167,10 +177,16 @@ class TrainingRun {
   int step_ = 0;                 // the step being attempted (the step hook's progress names it)
   double hang_limit_ = 0;        // the watchdog's limit in seconds (0: off); see hook_into_steps()
   Watchdog watchdog_;
+  SparePool* spares_ = nullptr;  // with spares: the pool of trainers and spares (spares.hpp)
+  std::vector<std::string> spare_processes_;  // recorder, at job start: "pid host" of each spare
+  int spares_used_ = 0;
 };
 // A string from the group's rank 0 to every member.
 std::string broadcast_string(Comm& c, std::string s);
 nlohmann::json to_json(const JoinMessage& m);
 JoinMessage join_message_from_json(const nlohmann::json& j);
+// A process that takes over logical rank `logical_rank` (spawned, or a spare): the survivors'
+// state from `m` over `group`, healed, then the steps to the end. Returns the exit code.
+int train_replacement(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, SparePool* spares);
 
 }  // namespace ntp

@@ -189,6 +189,19 @@ std::vector<OptionSpec> failure_options() {
                "the longest step so far and to 20x the step the model's FLOPs predict at the peak. 0: wait for "
                "ever",
        .check = Check::NonNegative, .missing = Missing::Default},
+      {.flag = "--spares-per-host", .key = "spares/per_host", .field = NTP_FIELD(spares_per_host),
+       .help = "Spare processes: the last K processes of every host train nothing and replace a dead rank of that "
+               "host (--spare-use); start the job with that many more processes than TP x PP x DP",
+       .check = Check::NonNegative, .missing = Missing::Default},
+      {.flag = "--spare-hosts", .key = "spares/hosts", .field = NTP_FIELD(spare_hosts),
+       .help = "Spare hosts: every process of the last H hosts is a spare, which can replace ranks of any host "
+               "(the ranks of one dead host go to one spare host, so TP groups stay inside a host)",
+       .check = Check::NonNegative, .missing = Missing::Default},
+      {.flag = "--spare-use", .key = "spares/use", .field = NTP_FIELD(spare_use),
+       .help = "With spares and --kill-mode signal: revive (a scheduled or generated revival is served by a spare "
+               "instead of a spawned process) or takeover (a hot spare takes a dead rank's place in the repair of "
+               "the death itself, healed from its peers). Without a spare left: spawn on one host",
+       .check = Check::OneOf, .choices = {"revive", "takeover"}, .missing = Missing::Default},
       {.flag = "--on-nonfinite", .key = "on_nonfinite", .field = NTP_FIELD(on_nonfinite),
        .help = "A non-finite loss or gradient norm, caught before the update touches any parameter: stop "
                "(record the step as not committed, end the run with exit code 4) or skip (no update, the batch "
