@@ -2,6 +2,7 @@
 import os
 import pathlib
 import subprocess
+import time
 
 import h5py
 import numpy as np
@@ -116,3 +117,31 @@ def schedule(tmp_path, text, name="schedule.yaml"):
     p = tmp_path / name
     p.write_text(text)
     return p
+
+
+def run_and_kill(out, procs, args, victim, min_steps=3, trainers=None):
+    """Starts a paced run of `procs` processes (`trainers` of them trainers: all by default), waits
+    for min_steps rows, kill -9s logical rank `victim`'s process. Returns the exit code and output."""
+    trainers = trainers or procs
+    cmd = [*MPIRUN, "-np", str(procs), str(NTPBENCH), *map(str, args), "--timing", "paced",
+           "--device-gflops", "0.2", "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        pid = None
+        deadline = time.time() + 60
+        while time.time() < deadline and pid is None:
+            time.sleep(0.5)
+            try:
+                with h5py.File(out, "r", locking=False) as f:
+                    inc = f["ranks"]["incarnations"][()]
+                    if len(f["steps"]) >= min_steps and len(inc) == trainers:
+                        pid = int(inc[inc["rank"] == victim]["pid"][0])
+            except (OSError, KeyError):
+                pass
+        assert pid is not None, "the run did not get going"
+        os.kill(pid, 9)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output

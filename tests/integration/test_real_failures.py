@@ -7,14 +7,12 @@ MPI has no ULFM (`make MPI=system`): there kills are fenced and test_policies.py
 NTPBENCH_REQUIRE_ULFM=1 (CI's `make test`) each test fails there instead.
 """
 import os
-import subprocess
-import time
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import ENV, MPIRUN, NTPBENCH, events, needs_ulfm, ntpbench, replay, replicas, schedule, steps
+from conftest import events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, steps
 
 pytestmark = needs_ulfm
 
@@ -123,7 +121,7 @@ def test_a_whole_replica_killed(tmp_path):
 def test_unscheduled_kill_from_outside(tmp_path):
     # rank 3's pid comes from /ranks/incarnations while the run writes the file.
     out = tmp_path / "outside.h5"
-    code, output = run_and_kill(tmp_path, out, 4, ["--tp", 2, "--steps", 40], victim=3, min_steps=5)
+    code, output = run_and_kill(out, 4, [*TINY, "--tp", 2, "--steps", 40], victim=3, min_steps=5)
     assert code == 0 and "done: 40 steps" in output, output
     details = kill_details(out)
     assert len(details) == 1 and details[0][1] == 3 and details[0][2].startswith("unscheduled"), details
@@ -137,7 +135,7 @@ def test_an_unscheduled_death_comes_back_after_the_generators_repair_time(tmp_pa
     is revived repair_steps later, as a generated failure would be."""
     out = tmp_path / "repaired.h5"
     quiet = schedule(tmp_path, "random: {mtbf_steps: 1.0e12, repair_steps: 4, seed: 1}\n")  # no failures of its own
-    code, output = run_and_kill(tmp_path, out, 4, ["--tp", 2, "--steps", 40, "--schedule", quiet], victim=3,
+    code, output = run_and_kill(out, 4, [*TINY, "--tp", 2, "--steps", 40, "--schedule", quiet], victim=3,
                                 min_steps=5)
     assert code == 0 and "done: 40 steps" in output, output
     (died, rank, detail), = kill_details(out)
@@ -160,32 +158,6 @@ def test_logical_rank_zero_killed_the_recorder_moves(tmp_path):
     assert "recorder" in [k for _, k, _ in events(out)]
     check_new_process(out, 0)
     replay(out)
-
-
-def run_and_kill(tmp_path, out, ranks, args, victim, min_steps=3):
-    """Starts a paced run, waits for min_steps rows, kill -9s logical rank `victim`'s process."""
-    cmd = [*MPIRUN, "-np", str(ranks), str(NTPBENCH), *map(str, TINY), *map(str, args), "--timing", "paced",
-           "--device-gflops", "0.2", "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        pid = None
-        deadline = time.time() + 60
-        while time.time() < deadline and pid is None:
-            time.sleep(0.5)
-            try:
-                with h5py.File(out, "r", locking=False) as f:
-                    inc = f["ranks"]["incarnations"][()]
-                    if len(f["steps"]) >= min_steps and len(inc) == ranks:
-                        pid = int(inc[inc["rank"] == victim]["pid"][0])
-            except (OSError, KeyError):
-                pass
-        assert pid is not None, "the run did not get going"
-        os.kill(pid, 9)
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return proc.returncode, output
 
 
 def test_a_replacement_that_becomes_the_recorder_reports_mfu(tmp_path):
@@ -214,7 +186,7 @@ def test_a_replacement_that_becomes_the_recorder_reports_mfu(tmp_path):
 def test_no_way_forward_ends_the_run_with_the_dead_ranks_named(tmp_path):
     # One replica under dp-drop: a death stops it, and nothing will revive it.
     out = tmp_path / "stuck.h5"
-    code, output = run_and_kill(tmp_path, out, 2, ["--tp", 2, "--steps", 40, "--policy", "dp-drop"], victim=1)
+    code, output = run_and_kill(out, 2, [*TINY, "--tp", 2, "--steps", 40, "--policy", "dp-drop"], victim=1)
     assert code != 0, output
     assert "no replica can train" in output and "[1]" in output, output
     s = steps(out)

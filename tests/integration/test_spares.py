@@ -1,0 +1,120 @@
+"""Spare processes (--spares-per-host, --spare-use): a job of 12 processes on this host, 8 trainers
+(TP 4 x DP 2 of `tiny`) and 4 spares. A dead rank comes back as a spare that was there from the
+start, never as a new process while a spare is left: every pid in /ranks/incarnations is one of the
+job's first 12. Every run still computes what one rank computes on its committed steps (--replay
+AGREES)."""
+import json
+
+import h5py
+import pytest
+
+from conftest import events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, steps
+
+pytestmark = needs_ulfm
+
+def job(spares_per_host=4):
+    return ["--preset", "tiny", "--tp", 4, "--micro-batch", 4, "--quiet", "--kill-mode", "signal",
+            "--spares-per-host", spares_per_host]
+
+
+JOB = job()
+PHASES = ["start", "forward", "backward", "sync", "optimizer"]
+
+
+def processes(path):
+    """(pids of the spares at job start, {logical rank: [pid of each incarnation]})."""
+    with h5py.File(path, "r") as f:
+        spares = [s["pid"] for s in json.loads(f.attrs["spares"])]
+        inc = f["ranks"]["incarnations"][()]
+    held = {}
+    for row in inc:
+        held.setdefault(int(row["rank"]), []).append(int(row["pid"]))
+    return spares, held
+
+
+def summary(path):
+    with h5py.File(path, "r") as f:
+        return dict(f["summary"].attrs)
+
+
+def check_taken_by_spare(path, rank):
+    """`rank`'s second process is one of the job's spares; no other rank changed process."""
+    spares, held = processes(path)
+    assert len(held[rank]) == 2 and held[rank][1] in spares, (held, spares)
+    assert all(len(pids) == 1 for r, pids in held.items() if r != rank), held
+    assert "spawn" not in [k for _, k, _ in events(path)]
+
+
+@pytest.mark.parametrize("at", PHASES)
+def test_takeover_at_every_phase(tmp_path, at):
+    out = tmp_path / f"{at}.h5"
+    text = f"events:\n  - {{step: 3, kill: [5], at: {at}}}\n"
+    ntpbench(12, *JOB, "--spare-use", "takeover", "--steps", 6, "--schedule", schedule(tmp_path, text), "--out", out)
+    s = steps(out)
+    assert (s["tokens_committed"] == s["tokens"]).all() and (s["samples"] == 8).all(), s
+    # The replica is back at full degree within the repair of step 3: no step ran degraded.
+    assert replicas(out).tolist() == [[4, 4]] * 6
+    assert (3, "takeover", -1) in events(out)
+    check_taken_by_spare(out, 5)
+    assert summary(out)["spares_used"] == 1 and summary(out)["spares_left"] == 3
+    replay(out)
+
+
+def test_revive_is_served_by_a_spare(tmp_path):
+    out = tmp_path / "revive.h5"
+    text = "events:\n  - {step: 3, kill: [5], at: backward}\n  - {step: 6, revive: [5]}\n"
+    ntpbench(12, *JOB, "--spare-use", "revive", "--steps", 8, "--schedule", schedule(tmp_path, text), "--out", out)
+    assert replicas(out).tolist() == [[4, 4]] * 2 + [[4, 3]] * 3 + [[4, 4]] * 3
+    assert (6, "spare", -1) in events(out)
+    check_taken_by_spare(out, 5)
+    replay(out)
+
+
+def test_an_outside_kill_is_taken_over(tmp_path):
+    out = tmp_path / "outside.h5"
+    code, output = run_and_kill(out, 12, [*JOB, "--spare-use", "takeover", "--steps", 30], victim=6, min_steps=4,
+                                trainers=8)
+    assert code == 0 and "done: 30 steps" in output, output
+    assert "takeover" in [k for _, k, _ in events(out)]
+    check_taken_by_spare(out, 6)
+    assert replicas(out).tolist()[-1] == [4, 4]
+    replay(out)
+
+
+def test_the_recorder_taken_over(tmp_path):
+    """Logical rank 0 dies: rank 1 takes the results file over, and a spare takes rank 0."""
+    out = tmp_path / "r0.h5"
+    text = "events:\n  - {step: 2, kill: [0], at: forward}\n"
+    p = ntpbench(12, *JOB, "--spare-use", "takeover", "--steps", 5, "--schedule", schedule(tmp_path, text),
+                 "--out", out)
+    assert "logical rank 1 takes over the results file" in p.stdout, p.stdout
+    assert steps(out)["step"].tolist() == [1, 2, 3, 4, 5]
+    check_taken_by_spare(out, 0)
+    replay(out)
+
+
+def test_with_no_spare_left_a_revival_spawns(tmp_path):
+    """One spare, two revivals, one host: the first takes the spare, the second a new process."""
+    out = tmp_path / "spent.h5"
+    text = ("events:\n  - {step: 2, kill: [1], at: forward}\n  - {step: 3, revive: [1]}\n"
+            "  - {step: 4, kill: [6], at: forward}\n  - {step: 5, revive: [6]}\n")
+    ntpbench(9, *job(spares_per_host=1), "--steps", 6, "--schedule", schedule(tmp_path, text), "--out", out)
+    kinds = [(s, k) for s, k, _ in events(out)]
+    assert (3, "spare") in kinds and (5, "spawn") in kinds, kinds
+    spares, held = processes(out)
+    assert held[1][1] in spares and held[6][1] not in spares, (held, spares)
+    assert summary(out)["spares_left"] == 0
+    replay(out)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--spares-per-host", 4, "--kill-mode", "fence"], "need --kill-mode signal"),
+    (["--spares-per-host", 12], "leaves no trainer on host"),
+    (["--spare-hosts", 1], "leaves no host to train on"),
+    (["--spares-per-host", 2], "does not divide the 10 trainer ranks"),
+])
+def test_spares_that_cannot_work_are_refused(tmp_path, flags, message):
+    p = ntpbench(12, "--preset", "tiny", "--tp", 4, "--steps", 2, *flags, "--out", tmp_path / "x.h5", check=False)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+    assert p.stderr.count("ntpbench: error") == 1, p.stderr
+    assert not (tmp_path / "x.h5").exists()
