@@ -70,17 +70,7 @@ mkdir -p "$DIR/state" "$DIR/log" "$DIR/uts"
 for k in $(seq "$N"); do mkdir -p "$DIR/spool/slurmd-node$k"; done
 : > "$DIR/pids"      # PID NAME (read by tests/slurm/slurm-down.sh)
 : > "$DIR/objects"   # KIND NAME: netns, link, mount; removed in reverse order by cluster-down.sh
-ok=0
-cleanup() {
-  if [ "$ok" != 1 ]; then
-    log "start failed; removing what was made (logs kept in $DIR/log)"
-    for f in "$DIR"/log/*; do [ -f "$f" ] && { echo "== $f" >&2; tail -n 15 "$f" >&2; }; done
-    "$HERE/cluster-down.sh" "$DIR" >&2 || true
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-record() { echo "$1 $2" >> "$DIR/pids"; }
+undo_on_failure "$HERE/cluster-down.sh" "removing what was made"
 made() { echo "$1 $2" >> "$DIR/objects"; }
 
 # --- network: bridge, one namespace and veth per node ----------------------------------------------

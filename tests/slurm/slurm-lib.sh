@@ -1,9 +1,27 @@
 # shellcheck shell=bash
 # Sourced by the test clusters' start scripts (tests/slurm/slurm-up.sh, tests/cluster/cluster-up.sh):
-# what both do alike. The caller defines log MESSAGE and record PID NAME (appends to DIR/pids, read
-# by the down scripts), and sets DIR (config, state, logs) and WAIT (seconds a daemon may take).
+# what both do alike. The caller defines log MESSAGE, and sets DIR (config, state, logs) and WAIT
+# (seconds a daemon may take).
 
 SLURM_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# record PID NAME: a daemon started, in start order (DIR/pids, read by the down scripts).
+record() { echo "$1 $2" >> "$DIR/pids"; }
+
+# undo_on_failure DOWN_SCRIPT WHAT: unless the script has set ok=1 by the time it exits, the exit
+# shows the tail of every log in DIR/log and runs DOWN_SCRIPT DIR, which undoes WHAT was done so far.
+undo_on_failure() {
+  ok=0
+  UNDO_SCRIPT=$1 UNDO_WHAT=$2
+  trap undo_unless_ok EXIT
+  trap 'exit 130' INT TERM
+}
+undo_unless_ok() {
+  [ "$ok" = 1 ] && return
+  log "start failed; $UNDO_WHAT (logs kept in $DIR/log)"
+  for f in "$DIR"/log/*; do [ -f "$f" ] && { echo "== $f" >&2; tail -n 15 "$f" >&2; }; done
+  "$UNDO_SCRIPT" "$DIR" >&2 || true
+}
 
 # A private munged as the munge user, on a socket of its own: sets MUNGE_DIR and SOCK. Its socket,
 # PID and seed live in a short directory under /tmp (recorded in DIR/munge.dir; the down scripts

@@ -58,19 +58,7 @@ mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
 mkdir -p "$DIR/state" "$DIR/spool" "$DIR/log"
 : > "$DIR/pids"
-
-ok=0
-cleanup() {
-  if [ "$ok" != 1 ]; then
-    log "start failed; stopping what was started (logs kept in $DIR/log)"
-    for f in "$DIR"/log/*; do [ -f "$f" ] && { echo "== $f" >&2; tail -n 15 "$f" >&2; }; done
-    "$HERE/slurm-down.sh" "$DIR" >&2 || true
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-record() { echo "$1 $2" >> "$DIR/pids"; }   # PID NAME, in start order
+undo_on_failure "$HERE/slurm-down.sh" "stopping what was started"
 
 # --- munge -----------------------------------------------------------------------------------------
 start_munged
