@@ -168,95 +168,128 @@ struct SyncSetup {
   }
 };
 
+// Ends a benchmark that cannot run here (the same message on every rank, so all skip alike).
+void skip(benchmark::State& st, const std::string& why) {
+  st.SkipWithError(why.c_str());
+  for (auto _ : st) {
+  }
+}
+
+// One ntp_sync case's samples: per round, max over ranks (the phases: rank 0's own).
+struct SyncTimes {
+  std::vector<double> ntp, uni, healthy, reshard, allreduce, exposed_ntp, exposed_uni;
+  double backward_s = 0;
+};
+
+// kSyncRounds serial rounds (the configurations interleaved), then kSyncRounds overlapped ones.
+void time_sync(SyncTimes& t, SyncSetup& ntp_s, SyncSetup& uni, SyncSetup* healthy, int layers) {
+  for (int r = 0; r < kSyncRounds; ++r) {  // A and B interleaved
+    t.ntp.push_back(max_timed(MPI_COMM_WORLD, [&] { ntp_s.run(); }, true));
+    t.reshard.push_back(ntp_s.reshard_s);  // rank 0's own (reported by rank 0 only)
+    t.allreduce.push_back(ntp_s.allreduce_s);
+    t.uni.push_back(max_timed(MPI_COMM_WORLD, [&] { uni.run(); }, true));
+    if (healthy) t.healthy.push_back(max_timed(MPI_COMM_WORLD, [&] { healthy->run(); }, true));
+  }
+  // Overlapped, as in training: the emulated backward lasts kBackwardPerAllreduce uniform
+  // all-reduces (mu is the same on every rank: medians of maxima over the world).
+  const double layer_s = kBackwardPerAllreduce * median(t.uni) / layers;
+  auto exposed = [&](SyncSetup& s) {
+    sleepy_barrier(MPI_COMM_WORLD);
+    const double e = s.run_overlapped(layers, layer_s);
+    sleepy_barrier(MPI_COMM_WORLD);
+    return max_over(MPI_COMM_WORLD, e);
+  };
+  for (int r = 0; r < kSyncRounds; ++r) {
+    t.exposed_ntp.push_back(exposed(ntp_s));
+    t.exposed_uni.push_back(exposed(uni));
+  }
+  t.backward_s = layer_s * layers;
+}
+
+// Bytes each configuration's sync sent (per rank, max over ranks); collective over the world.
+struct SyncBytes {
+  double ntp, uni, healthy, arena_uni;
+};
+SyncBytes sync_bytes(const SyncSetup& ntp_s, const SyncSetup& uni, const SyncSetup* healthy) {
+  SyncBytes b;
+  b.ntp = max_over(MPI_COMM_WORLD, ntp_s.bytes()), b.uni = max_over(MPI_COMM_WORLD, uni.bytes());
+  b.healthy = healthy ? max_over(MPI_COMM_WORLD, healthy->bytes()) : 0.0;
+  b.arena_uni = max_over(MPI_COMM_WORLD, uni.arena_bytes());
+  return b;
+}
+
+// Correctness: one sync of patterned gradients against the exact sum. Wrong elements over the world.
+long long check_sync(SyncSetup& ntp_s) {
+  long long wrong = 0;
+  if (ntp_s.in()) ntp_s.fill_pattern();
+  ntp_s.run();
+  if (ntp_s.in()) wrong = ntp_s.count_wrong();
+  add_wrong(wrong);
+  MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  return wrong;
+}
+
+void report_sync(benchmark::State& st, const SyncTimes& t, const SyncBytes& b, bool healthy) {
+  const double mn = median(t.ntp), mu = median(t.uni);
+  st.counters["ntp_ms"] = mn * 1e3;
+  st.counters["uniform_ms"] = mu * 1e3;
+  st.counters["ntp/uniform"] = mn / mu;
+  const double en = median(t.exposed_ntp), eu = median(t.exposed_uni);
+  st.counters["exposed_ntp_ms"] = en * 1e3;
+  st.counters["exposed_uniform_ms"] = eu * 1e3;
+  st.counters["exposed_ntp/uniform"] = en / eu;
+  st.counters["backward_ms"] = t.backward_s * 1e3;
+  // Rank 0 (core rank 0 of the healthy replica): its time in both reshards and the broadcast, and
+  // in the core all-reduce. Per rank, not max over ranks: an extra rank waits for the core
+  // all-reduce inside its reverse reshard, so maxima of the phases would overlap.
+  st.counters["r0_reshard_ms"] = median(t.reshard) * 1e3;
+  st.counters["r0_allreduce_ms"] = median(t.allreduce) * 1e3;
+  st.counters["allreduce_bytes"] = b.arena_uni;  // per core rank, both cases
+  st.counters["ntp_bytes_sent"] = b.ntp;         // per rank, max over ranks
+  st.counters["uniform_bytes_sent"] = b.uni;
+  if (healthy) {
+    const double mh = median(t.healthy);
+    st.counters["healthy_ms"] = mh * 1e3;
+    st.counters["ntp/healthy"] = mn / mh;
+    st.counters["healthy_bytes_sent"] = b.healthy;
+  }
+}
+
+std::string sync_label(int n1, int n2, bool healthy) {
+  const std::string healthy_note = healthy ? "; healthy = TP " + std::to_string(n1) + "x2"
+                                           : "; healthy TP " + std::to_string(n1) + "x2 needs " +
+                                                 std::to_string(2 * n1) + " ranks";
+  return "medians of " + std::to_string(kSyncRounds) + " interleaved rounds; uniform = TP " + std::to_string(n2) +
+         "x2 (same all-reduce bytes)" + healthy_note;
+}
+
 void register_sync(const char* model_name, int n1, int n2) {
   const std::string name = std::string("ntp_sync/") + model_name + "/" + std::to_string(n1) + "->" + std::to_string(n2);
   benchmark::RegisterBenchmark(name.c_str(), [model_name, n1, n2](benchmark::State& st) {
     const int need = n1 + n2;
-    if (world_size() < need) {  // same answer on every rank
-      st.SkipWithError(("needs " + std::to_string(need) + " ranks: mpirun --oversubscribe -np " +
-                        std::to_string(need) + " ... --benchmark_filter='ntp_sync/'")
-                           .c_str());
-      for (auto _ : st) {
-      }
-      return;
-    }
+    if (world_size() < need)  // same answer on every rank
+      return skip(st, "needs " + std::to_string(need) + " ranks: mpirun --oversubscribe -np " + std::to_string(need) +
+                          " ... --benchmark_filter='ntp_sync/'");
     const ModelConfig m = preset(model_name);
     auto world = world_comm();
-    const bool with_healthy = world_size() >= 2 * n1;
     SyncSetup ntp_s(*world, m, {n1, n2});
     SyncSetup uni(*world, m, {n2, n2});
     std::unique_ptr<SyncSetup> healthy;
-    if (with_healthy) healthy = std::make_unique<SyncSetup>(*world, m, std::vector<int>{n1, n1});
+    if (world_size() >= 2 * n1) healthy = std::make_unique<SyncSetup>(*world, m, std::vector<int>{n1, n1});
     // Warm-up: page faults, connection set-up.
     ntp_s.run(), uni.run();
     if (healthy) healthy->run();
-    std::vector<double> t_ntp, t_uni, t_healthy, t_reshard, t_allreduce, e_ntp, e_uni;
-    double backward_s = 0;
+    SyncTimes t;
     for (auto _ : st) {
-      for (int r = 0; r < kSyncRounds; ++r) {  // A and B interleaved
-        t_ntp.push_back(max_timed(MPI_COMM_WORLD, [&] { ntp_s.run(); }, true));
-        t_reshard.push_back(ntp_s.reshard_s);  // rank 0's own (reported by rank 0 only)
-        t_allreduce.push_back(ntp_s.allreduce_s);
-        t_uni.push_back(max_timed(MPI_COMM_WORLD, [&] { uni.run(); }, true));
-        if (healthy) t_healthy.push_back(max_timed(MPI_COMM_WORLD, [&] { healthy->run(); }, true));
-      }
-      // Overlapped, as in training: the emulated backward lasts kBackwardPerAllreduce uniform
-      // all-reduces (mu is the same on every rank: medians of maxima over the world).
-      const double layer_s = kBackwardPerAllreduce * median(t_uni) / m.layers;
-      auto exposed = [&](SyncSetup& s) {
-        sleepy_barrier(MPI_COMM_WORLD);
-        const double e = s.run_overlapped(m.layers, layer_s);
-        sleepy_barrier(MPI_COMM_WORLD);
-        return max_over(MPI_COMM_WORLD, e);
-      };
-      for (int r = 0; r < kSyncRounds; ++r) {
-        e_ntp.push_back(exposed(ntp_s));
-        e_uni.push_back(exposed(uni));
-      }
-      backward_s = layer_s * m.layers;
-      st.SetIterationTime(median(t_ntp));
+      time_sync(t, ntp_s, uni, healthy.get(), m.layers);
+      st.SetIterationTime(median(t.ntp));
     }
-    const double b_ntp = max_over(MPI_COMM_WORLD, ntp_s.bytes()), b_uni = max_over(MPI_COMM_WORLD, uni.bytes());
-    const double b_healthy = healthy ? max_over(MPI_COMM_WORLD, healthy->bytes()) : 0.0;
-    const double arena_uni = max_over(MPI_COMM_WORLD, uni.arena_bytes());
-    // Correctness: one sync of patterned gradients against the exact sum.
-    long long wrong = 0;
-    if (ntp_s.in()) ntp_s.fill_pattern();
-    ntp_s.run();
-    if (ntp_s.in()) wrong = ntp_s.count_wrong();
-    add_wrong(wrong);
-    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-
-    const double mn = median(t_ntp), mu = median(t_uni);
-    st.counters["ntp_ms"] = mn * 1e3;
-    st.counters["uniform_ms"] = mu * 1e3;
-    st.counters["ntp/uniform"] = mn / mu;
-    const double en = median(e_ntp), eu = median(e_uni);
-    st.counters["exposed_ntp_ms"] = en * 1e3;
-    st.counters["exposed_uniform_ms"] = eu * 1e3;
-    st.counters["exposed_ntp/uniform"] = en / eu;
-    st.counters["backward_ms"] = backward_s * 1e3;
-    // Rank 0 (core rank 0 of the healthy replica): its time in both reshards and the broadcast, and
-    // in the core all-reduce. Per rank, not max over ranks: an extra rank waits for the core
-    // all-reduce inside its reverse reshard, so maxima of the phases would overlap.
-    st.counters["r0_reshard_ms"] = median(t_reshard) * 1e3;
-    st.counters["r0_allreduce_ms"] = median(t_allreduce) * 1e3;
-    st.counters["allreduce_bytes"] = arena_uni;  // per core rank, both cases
-    st.counters["ntp_bytes_sent"] = b_ntp;       // per rank, max over ranks
-    st.counters["uniform_bytes_sent"] = b_uni;
-    if (healthy) {
-      const double mh = median(t_healthy);
-      st.counters["healthy_ms"] = mh * 1e3;
-      st.counters["ntp/healthy"] = mn / mh;
-      st.counters["healthy_bytes_sent"] = b_healthy;
-    }
+    const SyncBytes bytes = sync_bytes(ntp_s, uni, healthy.get());
+    const long long wrong = check_sync(ntp_s);
+    report_sync(st, t, bytes, healthy != nullptr);
     st.counters["ranks"] = need;
     st.counters["wrong"] = double(wrong);
-    st.SetLabel("medians of " + std::to_string(kSyncRounds) + " interleaved rounds; uniform = TP " +
-                std::to_string(n2) + "x2 (same all-reduce bytes)" +
-                (healthy ? "; healthy = TP " + std::to_string(n1) + "x2" : "; healthy TP " + std::to_string(n1) +
-                                                                              "x2 needs " + std::to_string(2 * n1) +
-                                                                              " ranks"));
+    st.SetLabel(sync_label(n1, n2, healthy != nullptr));
   })
       ->UseManualTime()
       ->Iterations(1)
@@ -284,22 +317,13 @@ std::unique_ptr<Comm> g_world;
 void register_heal(const HealCase& hc) {
   const std::string name = std::string("heal/") + hc.model + "/tp" + std::to_string(hc.tp) + "xdp2";
   benchmark::RegisterBenchmark(name.c_str(), [hc](benchmark::State& st) {
-    if (hc.opt_in && !g_gpt2) {  // same answer on every rank (broadcast)
-      st.SkipWithError("skipped by default (about 90 s here); run with NTPBENCH_BENCH_GPT2=1 to include it");
-      for (auto _ : st) {
-      }
-      return;
-    }
+    if (hc.opt_in && !g_gpt2)  // same answer on every rank (broadcast)
+      return skip(st, "skipped by default (about 90 s here); run with NTPBENCH_BENCH_GPT2=1 to include it");
     const int need = 2 * hc.tp;
     // Exactly 2 t ranks: configure_threads splits the world by node, so every world rank must call
     // it. Same answer on every rank.
-    if (world_size() != need) {
-      st.SkipWithError(("needs exactly " + std::to_string(need) + " ranks (mpirun -np " + std::to_string(need) +
-                        ")").c_str());
-      for (auto _ : st) {
-      }
-      return;
-    }
+    if (world_size() != need)
+      return skip(st, "needs exactly " + std::to_string(need) + " ranks (mpirun -np " + std::to_string(need) + ")");
     const MPI_Comm comm = MPI_COMM_WORLD;
     std::vector<double> step_s, kill_s, kill_b, revive_s, revive_b, kill_rec_s, revive_rec_s;
     Options o;

@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <malloc.h>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,155 @@ struct Run {
   bool keep_handles = false;
 };
 
+// This process's place in the job: its cycle, logical rank and communicator, and what it keeps.
+struct State {
+  Run run;
+  int cycle = 0, logical = 0;
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::vector<MPI_Comm> kept;  // --keep-handles
+
+  void retire(MPI_Comm& c) {
+    if (run.keep_handles)
+      kept.push_back(c);
+    else
+      MPI_Comm_free(&c);
+  }
+};
+
+// A process started by the launcher: the options, then the world. Returns the exit status when
+// the process must end at once (bad options, too few ranks), else nothing.
+std::optional<int> start_launched(int argc, char** argv, State& s, std::string& json_path, unsigned& timeout) {
+  CLI::App app{"What the MPI library keeps on a survivor per replaced process: kill, shrink, spawn, merge, "
+               "repeated; rank 0 samples its memory and descriptors (bench/README.md). Launch with "
+               "mpirun --with-ft ulfm -np N (N >= 3)."};
+  app.add_option("--cycles", s.run.cycles, "replacements: one rank killed and one process spawned per cycle")
+      ->check(CLI::Range(4, 100000))->capture_default_str();
+  app.add_flag("--keep-handles", s.run.keep_handles,
+               "keep every replaced communicator instead of freeing it (what ntpbench does)");
+  app.add_option("--json", json_path, "write the samples and the fitted costs here");
+  app.add_option("--timeout", timeout, "seconds before a process gives up on a hung repair (exit 5)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    // Rank 0 alone reports a refusal: when every rank exits non-zero after MPI_Finalize, Open
+    // MPI 5.0.11's launcher sometimes never returns (ntpbench's finish_mpi has the figures).
+    const int rc = rank == 0 ? app.exit(e) : 0;
+    MPI_Finalize();
+    return rc;
+  }
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Comm_rank(MPI_COMM_WORLD, &s.logical);
+  if (n < 3) {
+    if (s.logical == 0) std::fprintf(stderr, "ulfm_respawn_cost: error: needs at least 3 ranks (got %d)\n", n);
+    MPI_Finalize();
+    return s.logical == 0 ? 2 : 0;  // rank 0 alone reports it, as above
+  }
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &s.comm), "MPI_Comm_dup");
+  return std::nullopt;
+}
+
+// A replacement: learns the cycle, the logical rank and the settings from the survivors.
+void start_replacement(MPI_Comm parent, State& s) {
+  MPI_Comm merged;
+  check(MPI_Intercomm_merge(returning(parent), 1, &merged), "MPI_Intercomm_merge");
+  int info[4] = {};
+  check(MPI_Bcast(info, 4, MPI_INT, 0, returning(merged)), "MPI_Bcast");
+  s.cycle = info[0], s.logical = info[1], s.run.cycles = info[2], s.run.keep_handles = info[3] != 0;
+  check(MPI_Comm_split(merged, 0, s.logical, &s.comm), "MPI_Comm_split");
+  s.retire(merged);
+}
+
+// Every pair connected, then a collective, as after a training step. The victim's last messages
+// may still be in flight when it dies, so a survivor can see the failure here already: it then
+// goes straight to the repair (its revoke frees any peer still waiting).
+void exchange(const State& s, int n, std::vector<float>& payload) {
+  std::vector<int> out(n, s.logical), in(n);
+  bool ok = MPI_Alltoall(out.data(), 1, MPI_INT, in.data(), 1, MPI_INT, s.comm) == MPI_SUCCESS;
+  for (int p = 0; ok && p < n; ++p)
+    if (p != s.logical)
+      ok = MPI_Sendrecv(&s.logical, 1, MPI_INT, p, 7, &in[p], 1, MPI_INT, p, 7, s.comm, MPI_STATUS_IGNORE) ==
+           MPI_SUCCESS;
+  if (ok) MPI_Allreduce(MPI_IN_PLACE, payload.data(), static_cast<int>(payload.size()), MPI_FLOAT, MPI_SUM, s.comm);
+}
+
+// This cycle's victim kills itself; the survivors revoke, shrink, spawn its replacement (`self`,
+// this program), merge with it and split back into logical order.
+void replace_victim(State& s, int n, char* self) {
+  const int victim = 1 + s.cycle % (n - 1);
+  if (s.logical == victim) std::raise(SIGKILL);
+  wait_for_failure(s.comm);
+  MPIX_Comm_revoke(s.comm);
+  MPI_Comm live, inter, merged, next;
+  check(MPIX_Comm_shrink(s.comm, &live), "MPIX_Comm_shrink");
+  char* no_args[] = {nullptr};
+  check(MPI_Comm_spawn(self, no_args, 1, MPI_INFO_NULL, 0, returning(live), &inter, MPI_ERRCODES_IGNORE),
+        "MPI_Comm_spawn");
+  check(MPI_Intercomm_merge(returning(inter), 0, &merged), "MPI_Intercomm_merge");
+  int info[4] = {s.cycle + 1, victim, s.run.cycles, s.run.keep_handles ? 1 : 0};
+  check(MPI_Bcast(info, 4, MPI_INT, 0, returning(merged)), "MPI_Bcast");
+  check(MPI_Comm_split(merged, 0, s.logical, &next), "MPI_Comm_split");
+  s.retire(s.comm), s.retire(live), s.retire(inter), s.retire(merged);
+  s.comm = returning(next);
+}
+
+// Rank 0's samples reduced to costs per replacement.
+struct Costs {
+  bool fitted = false;
+  double rss_per = 0, heap_per = 0;
+  int fd_max = 0;
+  std::string library;
+};
+
+Costs fit_costs(const std::vector<Sample>& samples, int n) {
+  // The fit starts once every peer has been replaced once (cycle n - 1): before that each cycle
+  // also opens the first connection to a new job, which the descriptor count shows separately.
+  std::vector<double> x, rss, heap;
+  for (std::size_t c = static_cast<std::size_t>(n - 1); c < samples.size(); ++c) {
+    x.push_back(double(c));
+    rss.push_back(double(samples[c].rss_bytes));
+    heap.push_back(double(samples[c].heap_bytes));
+  }
+  Costs k;
+  k.fitted = x.size() >= 3;
+  if (k.fitted) k.rss_per = slope(x, rss), k.heap_per = slope(x, heap);
+  for (const auto& s : samples) k.fd_max = std::max(k.fd_max, s.open_fds);
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  k.library.assign(version, len);
+  if (const auto cut = k.library.find_first_of("\n,"); cut != std::string::npos) k.library.erase(cut);
+  return k;
+}
+
+void print_costs(const std::vector<Sample>& samples, const Costs& k, int n, const Run& run) {
+  std::printf("ulfm_respawn_cost: %d ranks, %d replacements, %s handles (%s)\n", n, run.cycles,
+              run.keep_handles ? "kept" : "freed", k.library.c_str());
+  std::printf("  rank 0 resident memory %.1f -> %.1f MB; per replacement %.0f kB resident, %.0f kB heap in use\n",
+              samples.front().rss_bytes / 1e6, samples.back().rss_bytes / 1e6, k.rss_per / 1e3, k.heap_per / 1e3);
+  std::printf("  rank 0 open descriptors %d -> %d (max %d) for %d peers\n", samples.front().open_fds,
+              samples.back().open_fds, k.fd_max, n - 1);
+  if (!k.fitted)
+    std::printf("  too few cycles after the first round of replacements to fit a cost (--cycles >= %d)\n", n + 2);
+}
+
+void write_json(const std::string& path, const std::vector<Sample>& samples, const Costs& k, int n, const Run& run) {
+  nlohmann::json j = {{"ranks", n}, {"cycles", run.cycles}, {"keep_handles", run.keep_handles},
+                      {"library", k.library}, {"rss_bytes_per_replacement", k.rss_per},
+                      {"heap_bytes_per_replacement", k.heap_per}, {"fitted_from_cycle", n - 1},
+                      {"open_fds_first", samples.front().open_fds}, {"open_fds_max", k.fd_max},
+                      {"open_fds_last", samples.back().open_fds}};
+  for (const auto& s : samples) {
+    j["rss_bytes"].push_back(s.rss_bytes);
+    j["heap_bytes"].push_back(s.heap_bytes);
+    j["open_fds"].push_back(s.open_fds);
+  }
+  std::ofstream(path) << j.dump(1) << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,137 +256,35 @@ int main(int argc, char** argv) {
   MPI_Comm parent;
   MPI_Comm_get_parent(&parent);
 
-  Run run;
+  State s;
   std::string json_path;
   unsigned timeout = 600;
-  int cycle = 0, logical = 0;
-  MPI_Comm comm;
-  std::vector<MPI_Comm> kept;  // --keep-handles
-  auto retire = [&](MPI_Comm& c) {
-    if (run.keep_handles) kept.push_back(c);
-    else MPI_Comm_free(&c);
-  };
-
-  if (parent == MPI_COMM_NULL) {
-    CLI::App app{"What the MPI library keeps on a survivor per replaced process: kill, shrink, spawn, merge, "
-                 "repeated; rank 0 samples its memory and descriptors (bench/README.md). Launch with "
-                 "mpirun --with-ft ulfm -np N (N >= 3)."};
-    app.add_option("--cycles", run.cycles, "replacements: one rank killed and one process spawned per cycle")
-        ->check(CLI::Range(4, 100000))->capture_default_str();
-    app.add_flag("--keep-handles", run.keep_handles,
-                 "keep every replaced communicator instead of freeing it (what ntpbench does)");
-    app.add_option("--json", json_path, "write the samples and the fitted costs here");
-    app.add_option("--timeout", timeout, "seconds before a process gives up on a hung repair (exit 5)")
-        ->check(CLI::PositiveNumber)->capture_default_str();
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      int rank = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-      // Rank 0 alone reports a refusal: when every rank exits non-zero after MPI_Finalize, Open
-      // MPI 5.0.11's launcher sometimes never returns (ntpbench's finish_mpi has the figures).
-      const int rc = rank == 0 ? app.exit(e) : 0;
-      MPI_Finalize();
-      return rc;
-    }
-    int n = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    MPI_Comm_rank(MPI_COMM_WORLD, &logical);
-    if (n < 3) {
-      if (logical == 0) std::fprintf(stderr, "ulfm_respawn_cost: error: needs at least 3 ranks (got %d)\n", n);
-      MPI_Finalize();
-      return logical == 0 ? 2 : 0;  // rank 0 alone reports it, as above
-    }
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
-  } else {  // a replacement: learn the cycle, the logical rank and the settings from the survivors
-    MPI_Comm merged;
-    check(MPI_Intercomm_merge(returning(parent), 1, &merged), "MPI_Intercomm_merge");
-    int info[4] = {};
-    check(MPI_Bcast(info, 4, MPI_INT, 0, returning(merged)), "MPI_Bcast");
-    cycle = info[0], logical = info[1], run.cycles = info[2], run.keep_handles = info[3] != 0;
-    check(MPI_Comm_split(merged, 0, logical, &comm), "MPI_Comm_split");
-    retire(merged);
-  }
+  if (parent != MPI_COMM_NULL)
+    start_replacement(parent, s);
+  else if (const auto rc = start_launched(argc, argv, s, json_path, timeout))
+    return *rc;
   arm_deadline(timeout);
-  returning(comm);
+  returning(s.comm);
   int n = 0;
-  MPI_Comm_size(comm, &n);
+  MPI_Comm_size(s.comm, &n);
 
   std::vector<Sample> samples;
   std::vector<float> payload(1 << 16, 1.0f);
-  for (; cycle < run.cycles; ++cycle) {
-    // Every pair connected, then a collective, as after a training step. The victim's last
-    // messages may still be in flight when it dies, so a survivor can see the failure here
-    // already: it then goes straight to the repair (its revoke frees any peer still waiting).
-    std::vector<int> out(n, logical), in(n);
-    bool ok = MPI_Alltoall(out.data(), 1, MPI_INT, in.data(), 1, MPI_INT, comm) == MPI_SUCCESS;
-    for (int p = 0; ok && p < n; ++p)
-      if (p != logical)
-        ok = MPI_Sendrecv(&logical, 1, MPI_INT, p, 7, &in[p], 1, MPI_INT, p, 7, comm, MPI_STATUS_IGNORE) == MPI_SUCCESS;
-    if (ok) MPI_Allreduce(MPI_IN_PLACE, payload.data(), static_cast<int>(payload.size()), MPI_FLOAT, MPI_SUM, comm);
-    if (logical == 0) samples.push_back(sample());
-
-    const int victim = 1 + cycle % (n - 1);
-    if (logical == victim) std::raise(SIGKILL);
-    wait_for_failure(comm);
-    MPIX_Comm_revoke(comm);
-    MPI_Comm live, inter, merged, next;
-    check(MPIX_Comm_shrink(comm, &live), "MPIX_Comm_shrink");
-    char* no_args[] = {nullptr};
-    check(MPI_Comm_spawn(argv[0], no_args, 1, MPI_INFO_NULL, 0, returning(live), &inter, MPI_ERRCODES_IGNORE),
-          "MPI_Comm_spawn");
-    check(MPI_Intercomm_merge(returning(inter), 0, &merged), "MPI_Intercomm_merge");
-    int info[4] = {cycle + 1, victim, run.cycles, run.keep_handles ? 1 : 0};
-    check(MPI_Bcast(info, 4, MPI_INT, 0, returning(merged)), "MPI_Bcast");
-    check(MPI_Comm_split(merged, 0, logical, &next), "MPI_Comm_split");
-    retire(comm), retire(live), retire(inter), retire(merged);
-    comm = returning(next);
+  for (; s.cycle < s.run.cycles; ++s.cycle) {
+    exchange(s, n, payload);
+    if (s.logical == 0) samples.push_back(sample());
+    replace_victim(s, n, argv[0]);
   }
 
-  if (logical == 0) {
-    // The fit starts once every peer has been replaced once (cycle n - 1): before that each cycle
-    // also opens the first connection to a new job, which the descriptor count shows separately.
-    std::vector<double> x, rss, heap;
-    for (std::size_t c = static_cast<std::size_t>(n - 1); c < samples.size(); ++c) {
-      x.push_back(double(c));
-      rss.push_back(double(samples[c].rss_bytes));
-      heap.push_back(double(samples[c].heap_bytes));
-    }
-    const bool fitted = x.size() >= 3;
-    const double rss_per = fitted ? slope(x, rss) : 0, heap_per = fitted ? slope(x, heap) : 0;
-    int fd_max = 0;
-    for (const auto& s : samples) fd_max = std::max(fd_max, s.open_fds);
-    char version[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(version, &len);
-    std::string library(version, len);
-    if (const auto cut = library.find_first_of("\n,"); cut != std::string::npos) library.erase(cut);
-    std::printf("ulfm_respawn_cost: %d ranks, %d replacements, %s handles (%s)\n", n, run.cycles,
-                run.keep_handles ? "kept" : "freed", library.c_str());
-    std::printf("  rank 0 resident memory %.1f -> %.1f MB; per replacement %.0f kB resident, %.0f kB heap in use\n",
-                samples.front().rss_bytes / 1e6, samples.back().rss_bytes / 1e6, rss_per / 1e3, heap_per / 1e3);
-    std::printf("  rank 0 open descriptors %d -> %d (max %d) for %d peers\n", samples.front().open_fds,
-                samples.back().open_fds, fd_max, n - 1);
-    if (!fitted)
-      std::printf("  too few cycles after the first round of replacements to fit a cost (--cycles >= %d)\n", n + 2);
-    if (!json_path.empty()) {
-      nlohmann::json j = {{"ranks", n}, {"cycles", run.cycles}, {"keep_handles", run.keep_handles},
-                          {"library", library}, {"rss_bytes_per_replacement", rss_per},
-                          {"heap_bytes_per_replacement", heap_per}, {"fitted_from_cycle", n - 1},
-                          {"open_fds_first", samples.front().open_fds}, {"open_fds_max", fd_max},
-                          {"open_fds_last", samples.back().open_fds}};
-      for (const auto& s : samples) {
-        j["rss_bytes"].push_back(s.rss_bytes);
-        j["heap_bytes"].push_back(s.heap_bytes);
-        j["open_fds"].push_back(s.open_fds);
-      }
-      std::ofstream(json_path) << j.dump(1) << "\n";
-    }
+  if (s.logical == 0) {
+    const Costs k = fit_costs(samples, n);
+    print_costs(samples, k, n, s.run);
+    if (!json_path.empty()) write_json(json_path, samples, k, n, s.run);
     std::fflush(nullptr);
   }
   // As ntpbench's finish_mpi: after a repair Open MPI 5.0.x can hang in MPI_Finalize, so every
   // process leaves after a last barrier without it (the launcher's prte_allowed_exit_without_sync).
-  MPI_Barrier(comm);
+  MPI_Barrier(s.comm);
   std::fflush(nullptr);
   std::_Exit(0);
 }

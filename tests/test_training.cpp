@@ -154,8 +154,9 @@ INSTANTIATE_TEST_SUITE_P(TpDp, WholeSteps,
                            return case_name(info.param, "_dp");
                          });
 
-// (preset, TP, PP, DP) within 8 ranks, on 4 layers (so 4 stages have one each), 3 micro-batches
-// per replica (more than some stages' warm-up, fewer than the 4-stage pipeline's depth).
+// (preset, TP, PP, DP) on 4 layers (so 4 stages have one each), 3 micro-batches per replica (more
+// than some stages' warm-up, fewer than the 4-stage pipeline's depth). TP 2 x PP 4 x DP 2 takes 16
+// ranks: CTest runs those cases as test_training_np16, the rest on 8 ranks.
 class PipelineSteps : public ::testing::TestWithParam<std::tuple<std::string, int, int, int>> {};
 
 std::string pipeline_case_name(const std::tuple<std::string, int, int, int>& p) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/detail/parallel_chunks.hpp"
 #include "kernels/cpu/detail/vec_math.hpp"
 
 namespace ntp::cpu {
@@ -79,15 +80,15 @@ void adamw_update(float* params, const float* grads, float* m, float* v, long n,
   const AdamConsts c{lr,           beta1,      beta2, eps, weight_decay, grad_scale,
                      1.0f - std::pow(beta1, static_cast<float>(t)), 1.0f - std::pow(beta2, static_cast<float>(t))};
   const bool avx2 = detail::has_avx2_fma();
-  const long chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinOptimizer)
-  for (long ch = 0; ch < chunks; ch++) {
-    const long i0 = ch * kChunk, len = n - i0 < kChunk ? n - i0 : kChunk;
-    if (avx2)
-      update_avx2(params + i0, grads + i0, m + i0, v + i0, len, c);
-    else
-      update_scalar(params + i0, grads + i0, m + i0, v + i0, len, c);
-  }
+  detail::for_each_chunk(
+      n,
+      [&](long i0, long len) {
+        if (avx2)
+          update_avx2(params + i0, grads + i0, m + i0, v + i0, len, c);
+        else
+          update_scalar(params + i0, grads + i0, m + i0, v + i0, len, c);
+      },
+      kChunk, detail::kParallelMinOptimizer);
 }
 
 double sum_squares(const float* x, long n) {

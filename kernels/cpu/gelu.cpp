@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/cpu/detail/parallel_chunks.hpp"
 #include "kernels/cpu/detail/vec_math.hpp"
 
 namespace ntp::cpu {
@@ -10,7 +11,6 @@ namespace ntp::cpu {
 namespace {
 const float kScale = std::sqrt(2.0f / std::numbers::pi_v<float>);
 constexpr float kCubic = 0.044715f;
-constexpr long kChunk = 4096;  // elements per OpenMP work item (16 KiB of each array)
 
 // Scalar forms: the fallback without AVX2, and the tails.
 inline float gelu_f(float x) { return 0.5f * x * (1.0f + std::tanh(kScale * (x + kCubic * x * x * x))); }
@@ -51,22 +51,11 @@ NTP_AVX2 void backward_avx2(float* dinp, const float* inp, const float* dout, lo
   }
   for (; i < n; i++) dinp[i] += gelu_grad(inp[i]) * dout[i];
 }
-
-// Calls body(i0, n) for each kChunk-element piece of [0, N), in parallel for large N.
-template <typename Body>
-void for_each_chunk(long N, Body body) {
-  const long chunks = (N + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (N >= detail::kParallelMinElems)
-  for (long ch = 0; ch < chunks; ch++) {
-    const long i0 = ch * kChunk;
-    body(i0, N - i0 < kChunk ? N - i0 : kChunk);
-  }
-}
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, long N) {
   const bool avx2 = detail::has_avx2_fma();
-  for_each_chunk(N, [&](long i0, long n) {
+  detail::for_each_chunk(N, [&](long i0, long n) {
     if (avx2) {
       forward_avx2(out + i0, inp + i0, n);
     } else {
@@ -77,7 +66,7 @@ void gelu_forward(float* out, const float* inp, long N) {
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, long N) {
   const bool avx2 = detail::has_avx2_fma();
-  for_each_chunk(N, [&](long i0, long n) {
+  detail::for_each_chunk(N, [&](long i0, long n) {
     if (avx2) {
       backward_avx2(dinp + i0, inp + i0, dout + i0, n);
     } else {

@@ -2,13 +2,12 @@
 
 #include <cmath>
 
+#include "kernels/cpu/detail/parallel_chunks.hpp"
 #include "kernels/cpu/detail/vec_math.hpp"
 
 namespace ntp::cpu {
 
 namespace {
-constexpr long kChunk = 4096;  // elements per OpenMP work item
-
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 NTP_AVX2 inline __m256 sigmoid8(__m256 x) {
@@ -43,22 +42,11 @@ NTP_AVX2 void backward_avx2(float* dgate, float* dup, const float* gate, const f
     dup[i] += dout[i] * x * s;
   }
 }
-
-// Calls body(i0, n) for each kChunk-element piece of [0, N), in parallel for large N.
-template <typename Body>
-void for_each_chunk(long N, Body body) {
-  const long chunks = (N + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (N >= detail::kParallelMinElems)
-  for (long ch = 0; ch < chunks; ch++) {
-    const long i0 = ch * kChunk;
-    body(i0, N - i0 < kChunk ? N - i0 : kChunk);
-  }
-}
 }  // namespace
 
 void swiglu_forward(float* out, const float* gate, const float* up, long N) {
   const bool avx2 = detail::has_avx2_fma();
-  for_each_chunk(N, [&](long i0, long n) {
+  detail::for_each_chunk(N, [&](long i0, long n) {
     if (avx2) {
       forward_avx2(out + i0, gate + i0, up + i0, n);
     } else {
@@ -69,7 +57,7 @@ void swiglu_forward(float* out, const float* gate, const float* up, long N) {
 
 void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, long N) {
   const bool avx2 = detail::has_avx2_fma();
-  for_each_chunk(N, [&](long i0, long n) {
+  detail::for_each_chunk(N, [&](long i0, long n) {
     if (avx2) {
       backward_avx2(dgate + i0, dup + i0, gate + i0, up + i0, dout + i0, n);
     } else {

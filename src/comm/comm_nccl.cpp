@@ -1,6 +1,7 @@
 // NCCL implementation of the communication seam; see comm_nccl.hpp for the rules.
 #include "comm_nccl.hpp"
 
+#include "comm_forwarding.hpp"
 #include "comm_mpi.hpp"
 #include "fault.hpp"
 
@@ -48,12 +49,12 @@ bool is_device(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-class NcclComm final : public Comm {
+class NcclComm final : public ForwardingComm {
  public:
-  // Over the group `host` (an MPI communicator, owned). The NCCL communicator is made on first use
+  // Over the group `host` (an MPI communicator, owned: inner_). The NCCL communicator is made on first use
   // with a device buffer (see nccl()), so a group used only for host data (or only to learn
   // node-local ranks before the GPU is chosen: split_node()) never touches the GPU.
-  explicit NcclComm(std::unique_ptr<Comm> host) : host_(std::move(host)) {}
+  explicit NcclComm(std::unique_ptr<Comm> host) : ForwardingComm(std::move(host)) {}
 
   ~NcclComm() override {
     // No throwing from a destructor: report and carry on. A communicator that saw a failure is
@@ -65,37 +66,29 @@ class NcclComm final : public Comm {
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
-  int rank() const override { return host_->rank(); }
-  int size() const override { return host_->size(); }
-
-  // Host buffers and host-only calls go to the MPI communicator over the same group.
+  // Host buffers and host-only calls (the gathers, from ForwardingComm) go to the MPI
+  // communicator over the same group.
   void allreduce_sum(float* buf, std::size_t n) override {
-    if (!device_allreduce(buf, n, ncclSum)) host_->allreduce_sum(buf, n);
+    if (!device_allreduce(buf, n, ncclSum)) inner_->allreduce_sum(buf, n);
   }
   void allreduce_sum(double* buf, std::size_t n) override {
-    if (!device_allreduce(buf, n, ncclSum)) host_->allreduce_sum(buf, n);
+    if (!device_allreduce(buf, n, ncclSum)) inner_->allreduce_sum(buf, n);
   }
   void allreduce_max(float* buf, std::size_t n) override {
-    if (!device_allreduce(buf, n, ncclMax)) host_->allreduce_max(buf, n);
+    if (!device_allreduce(buf, n, ncclMax)) inner_->allreduce_max(buf, n);
   }
   void allreduce_max(double* buf, std::size_t n) override {
-    if (!device_allreduce(buf, n, ncclMax)) host_->allreduce_max(buf, n);
+    if (!device_allreduce(buf, n, ncclMax)) inner_->allreduce_max(buf, n);
   }
 
   void broadcast(void* buf, std::size_t bytes, int root) override {
     if (size() == 1 || bytes == 0) return;
-    if (!is_device(buf)) return host_->broadcast(buf, bytes, root);
+    if (!is_device(buf)) return inner_->broadcast(buf, bytes, root);
     ncclComm_t c = nccl();
     begin();
     settle(ncclBroadcast(buf, buf, bytes, ncclUint8, root, c, stream_), "ncclBroadcast");
     end();
   }
-
-  std::vector<int> allgather(int value) override { return host_->allgather(value); }
-  void gather(const double* send, std::size_t n, double* recv, int root) override {
-    host_->gather(send, n, recv, root);
-  }
-  std::vector<std::string> gather(const std::string& s, int root) override { return host_->gather(s, root); }
 
   // Grouped ncclSend/ncclRecv when the buffers are on the device; MPI_Alltoallv when on the
   // host. A rank with nothing to move cannot tell from its pointers, so the group agrees first.
@@ -105,8 +98,8 @@ class NcclComm final : public Comm {
     for (int p = 0; p < size(); ++p) stotal += send_counts[p], rtotal += recv_counts[p];
     const bool send_dev = is_device(send), recv_dev = is_device(recv);
     double kind = (stotal > 0 && send_dev) || (rtotal > 0 && recv_dev) ? 2 : (stotal > 0 || rtotal > 0) ? 1 : 0;
-    host_->allreduce_max(&kind, 1);
-    if (kind < 2) return host_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    inner_->allreduce_max(&kind, 1);
+    if (kind < 2) return inner_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if ((stotal > 0 && !send_dev) || (rtotal > 0 && !recv_dev))
       throw std::invalid_argument("NCCL alltoallv: host and device buffers mixed across the group");
     ncclComm_t c = nccl();
@@ -133,7 +126,7 @@ class NcclComm final : public Comm {
   void sendrecv(const float* send, std::size_t n_send, int dest, float* recv, std::size_t n_recv,
                 int src) override {
     const bool dev = (dest >= 0 && is_device(send)) || (src >= 0 && is_device(recv));
-    if (!dev) return host_->sendrecv(send, n_send, dest, recv, n_recv, src);
+    if (!dev) return inner_->sendrecv(send, n_send, dest, recv, n_recv, src);
     ncclComm_t c = nccl();
     begin();
     nccl_check(ncclGroupStart(), "ncclGroupStart");
@@ -148,34 +141,26 @@ class NcclComm final : public Comm {
   // group that only ever synchronises (the whole job, node groups).
   void barrier() override {
     if (nccl_) begin();
-    if (size() > 1) host_->barrier();
+    if (size() > 1) inner_->barrier();
   }
-
-  std::unique_ptr<Comm> split_node() override { return wrap(host_->split_node()); }
-  std::unique_ptr<Comm> split(int color, int key) override { return wrap(host_->split(color, key)); }
 
   // Fault tolerance. An NCCL communicator with a dead member cannot be repaired: revoke aborts it
   // (ncclCommAbort also ends any NCCL operation still waiting for the dead peer) and revokes the
-  // MPI group; shrink and spawn repair the MPI group, and the NCCL communicator over the new group
-  // is made again from it on its first device-buffer call.
+  // MPI group; shrink and spawn (ForwardingComm) repair the MPI group, and the NCCL communicator
+  // over the new group is made again from it on its first device-buffer call. agree and
+  // peer_failed are the MPI group's.
   void revoke() override {
     abort_nccl();
-    host_->revoke();
-  }
-  bool agree(bool ok) override { return host_->agree(ok); }
-  bool peer_failed() override { return host_->peer_failed(); }
-  std::unique_ptr<Comm> shrink() override { return wrap(host_->shrink()); }
-  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count,
-                              const std::vector<std::string>& hosts) override {
-    return wrap(host_->spawn(command, args, count, hosts));
+    ForwardingComm::revoke();
   }
 
  private:
   static void report(ncclResult_t r) {
     if (r != ncclSuccess) std::fprintf(stderr, "ntpbench: warning: ending an NCCL communicator: %s\n", ncclGetErrorString(r));
   }
-  static std::unique_ptr<Comm> wrap(std::unique_ptr<Comm> host) {
-    return host ? std::make_unique<NcclComm>(std::move(host)) : nullptr;
+  // split(), split_node(), shrink() and spawn() give a new MPI group: a new NcclComm over it.
+  std::unique_ptr<Comm> wrap(std::unique_ptr<Comm> host) override {
+    return std::make_unique<NcclComm>(std::move(host));
   }
 
   // The NCCL communicator, made on first use: rank 0 gets a unique id, the MPI group hands it
@@ -188,7 +173,7 @@ class NcclComm final : public Comm {
     if (broken_) throw PeerFailure("NCCL communicator aborted after a peer failure: shrink the group first");
     ncclUniqueId id{};
     if (rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    host_->broadcast(&id, sizeof id, 0);
+    inner_->broadcast(&id, sizeof id, 0);
     if (!stream_) cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -239,7 +224,7 @@ class NcclComm final : public Comm {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
       if (now < next_) return;
       next_ = now + std::chrono::milliseconds(1);
-      if (!comm_.host_->peer_failed()) return;
+      if (!comm_.inner_->peer_failed()) return;
       comm_.abort_nccl();
       throw PeerFailure(std::string(what_) + ": a peer process died (NCCL communicator aborted)");
     }
@@ -254,7 +239,7 @@ class NcclComm final : public Comm {
 
   // An NCCL error: a peer failure if the MPI group knows of one, else a plain error.
   [[noreturn]] void fail(ncclResult_t r, const char* what) {
-    const bool peer = host_->peer_failed();
+    const bool peer = inner_->peer_failed();
     abort_nccl();
     const std::string msg = std::string(what) + ": " + ncclGetErrorString(r);
     if (peer) throw PeerFailure(msg + " (a peer process died)");
@@ -280,7 +265,6 @@ class NcclComm final : public Comm {
     return true;
   }
 
-  std::unique_ptr<Comm> host_;  // MPI over the same group
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool broken_ = false;  // aborted after a failure: this group is done with NCCL

@@ -6,16 +6,15 @@
 #include <utility>
 #include <vector>
 
+#include "comm_forwarding.hpp"
+
 namespace ntp {
 
 namespace {
 
-class HostStagedComm final : public Comm {
+class HostStagedComm final : public ForwardingComm {
  public:
-  HostStagedComm(std::unique_ptr<Comm> inner, Backend& be) : inner_(std::move(inner)), be_(be) {}
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
+  HostStagedComm(std::unique_ptr<Comm> inner, Backend& be) : ForwardingComm(std::move(inner)), be_(be) {}
 
   void allreduce_sum(float* buf, std::size_t n) override {
     staged(buf, n, [&](float* h) { inner_->allreduce_sum(h, n); });
@@ -32,11 +31,10 @@ class HostStagedComm final : public Comm {
     if (bytes % sizeof(float) != 0) throw std::invalid_argument("staged broadcast: device buffer not whole floats");
     staged(static_cast<float*>(buf), bytes / sizeof(float), [&](float* h) { inner_->broadcast(h, bytes, root); });
   }
-  std::vector<int> allgather(int value) override { return inner_->allgather(value); }
+  using ForwardingComm::gather;
   void gather(const double* send, std::size_t n, double* recv, int root) override {
     inner_->gather(host_only(send), n, host_only(recv), root);
   }
-  std::vector<std::string> gather(const std::string& s, int root) override { return inner_->gather(s, root); }
 
   void alltoallv(const float* send, const std::vector<int>& send_counts, const std::vector<int>& send_displs,
                  float* recv, const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) override {
@@ -91,20 +89,12 @@ class HostStagedComm final : public Comm {
     inner_->sendrecv(s, n_send, dest, r, n_recv, src);
     if (recv_dev) be_.from_host(recv, hr.data(), n_recv);
   }
-  void barrier() override { inner_->barrier(); }
-
-  std::unique_ptr<Comm> split(int color, int key) override { return wrap(inner_->split(color, key)); }
-  std::unique_ptr<Comm> split_node() override { return wrap(inner_->split_node()); }
-  void revoke() override { inner_->revoke(); }
-  bool agree(bool ok) override { return inner_->agree(ok); }
-  bool peer_failed() override { return inner_->peer_failed(); }
-  std::unique_ptr<Comm> shrink() override { return wrap(inner_->shrink()); }
-  std::unique_ptr<Comm> spawn(const std::string& command, const std::vector<std::string>& args, int count,
-                              const std::vector<std::string>& hosts) override {
-    return wrap(inner_->spawn(command, args, count, hosts));
-  }
 
  private:
+  std::unique_ptr<Comm> wrap(std::unique_ptr<Comm> inner) override {
+    return std::make_unique<HostStagedComm>(std::move(inner), be_);
+  }
+
   template <typename F>
   void staged(float* buf, std::size_t n, F&& op) {
     if (!be_.is_device_memory(buf)) return op(buf);
@@ -118,11 +108,7 @@ class HostStagedComm final : public Comm {
     if (be_.is_device_memory(p)) throw std::invalid_argument("staged communicator: doubles must be in host memory");
     return p;
   }
-  std::unique_ptr<Comm> wrap(std::unique_ptr<Comm> c) {
-    return c ? std::make_unique<HostStagedComm>(std::move(c), be_) : nullptr;
-  }
 
-  std::unique_ptr<Comm> inner_;
   Backend& be_;
   std::vector<float> host_;
 };

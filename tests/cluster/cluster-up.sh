@@ -39,6 +39,8 @@ NET=${CLUSTER_NET:-10.77.0}
 WAIT=${CLUSTER_WAIT:-60}
 export PATH="$PATH:/usr/sbin:/sbin"
 log() { echo "cluster-up: $*" >&2; }
+# shellcheck source=SCRIPTDIR/../slurm/slurm-lib.sh
+. "$HERE/../slurm/slurm-lib.sh"
 [[ "$N" =~ ^[1-9][0-9]?$ ]] && ((N <= 200)) || { log "node count '$N' must be 1..200"; exit 2; }
 
 # --- what this needs -------------------------------------------------------------------------------
@@ -68,17 +70,7 @@ mkdir -p "$DIR/state" "$DIR/log" "$DIR/uts"
 for k in $(seq "$N"); do mkdir -p "$DIR/spool/slurmd-node$k"; done
 : > "$DIR/pids"      # PID NAME (read by tests/slurm/slurm-down.sh)
 : > "$DIR/objects"   # KIND NAME: netns, link, mount; removed in reverse order by cluster-down.sh
-ok=0
-cleanup() {
-  if [ "$ok" != 1 ]; then
-    log "start failed; removing what was made (logs kept in $DIR/log)"
-    for f in "$DIR"/log/*; do [ -f "$f" ] && { echo "== $f" >&2; tail -n 15 "$f" >&2; }; done
-    "$HERE/cluster-down.sh" "$DIR" >&2 || true
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-record() { echo "$1 $2" >> "$DIR/pids"; }
+undo_on_failure "$HERE/cluster-down.sh" "removing what was made"
 made() { echo "$1 $2" >> "$DIR/objects"; }
 
 # --- network: bridge, one namespace and veth per node ----------------------------------------------
@@ -109,22 +101,7 @@ done
 reach node1 "$NET.254" || { log "node1 cannot reach the bridge ($NET.254)"; exit 1; }
 
 # --- munge -----------------------------------------------------------------------------------------
-MUNGE_DIR=$(mktemp -d /tmp/ntpbench-munge.XXXXXX)   # short: a socket path has at most 108 bytes
-echo "$MUNGE_DIR" > "$DIR/munge.dir"
-KEY=/etc/munge/munge.key
-if [ ! -s "$KEY" ]; then
-  install -d -o munge -g munge -m 0700 /etc/munge
-  dd if=/dev/urandom of="$KEY" bs=1 count=1024 status=none
-fi
-chown munge:munge "$KEY" && chmod 0400 "$KEY"
-chown munge:munge "$MUNGE_DIR" && chmod 0755 "$MUNGE_DIR"
-SOCK=$MUNGE_DIR/munge.socket
-setpriv --reuid=munge --regid=munge --init-groups \
-  munged --foreground --force --socket="$SOCK" --key-file="$KEY" --pid-file="$MUNGE_DIR/munged.pid" \
-  --log-file="$MUNGE_DIR/munged.log" --seed-file="$MUNGE_DIR/munged.seed" > "$DIR/log/munged.stdout" 2>&1 &
-record $! munged
-for _ in $(seq 50); do [ -S "$SOCK" ] && break; sleep 0.1; done
-munge -n -S "$SOCK" | unmunge -S "$SOCK" >/dev/null || { log "munged did not come up"; exit 1; }
+start_munged
 
 # --- slurm.conf ------------------------------------------------------------------------------------
 SHARE=$(( $(nproc) / N ))   # cores per node (0: fewer cores than nodes, so none are pinned)
@@ -133,62 +110,16 @@ CPUS=${CLUSTER_CPUS:-$(( SHARE > 8 ? SHARE : 8 ))}
 sed "s/slots=.*/slots=$CPUS/" "$DIR/hostfile.tmp" > "$DIR/hostfile" && rm "$DIR/hostfile.tmp"
 CTLD_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])')
 SLURMD_PORT=6818   # each slurmd listens in its own namespace: no clash with anything else
-: > "$DIR/plugstack.conf"
-cat > "$DIR/slurm.conf" <<EOF
-# Private $N-node test cluster written by tests/cluster/cluster-up.sh; remove it with cluster-down.sh.
-ClusterName=ntpbench-cluster$ID
-SlurmctldHost=localhost($NET.254)
-SlurmctldPort=$CTLD_PORT
-SlurmdPort=$SLURMD_PORT
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$SOCK
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SchedulerType=sched/backfill
-ReturnToService=2
-SlurmdParameters=config_overrides
-StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool/slurmd-%n
-SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/spool/slurmd-%n.pid
-SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PlugStackConfig=$DIR/plugstack.conf
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MinJobAge=3600
-InactiveLimit=0
-KillWait=5
-SlurmctldTimeout=30
-SlurmdTimeout=60
-MessageTimeout=30
-NodeName=node[1-$N] NodeAddr=$NET.[1-$N] CPUs=$CPUS State=UNKNOWN
-PartitionName=debug Nodes=node[1-$N] Default=YES MaxTime=INFINITE State=UP
-EOF
-export SLURM_CONF=$DIR/slurm.conf
+write_slurm_conf "HEADER=Private $N-node test cluster written by tests/cluster/cluster-up.sh; remove it with cluster-down.sh." \
+  "CLUSTER_NAME=ntpbench-cluster$ID" "CONTROLLER=localhost($NET.254)" "CTLD_PORT=$CTLD_PORT" "SLURMD_PORT=$SLURMD_PORT" \
+  MPI_DEFAULT=none "SLURMD_PID_FILE=$DIR/spool/slurmd-%n.pid" "SLURMD_LOG_FILE=$DIR/log/slurmd-%n.log" \
+  "NODES=node[1-$N]" "NODE_ADDRS=$NET.[1-$N]"
 cat > "$DIR/env.sh" <<EOF
 export SLURM_CONF=$DIR/slurm.conf CLUSTER_DIR=$DIR
 EOF
 
 # --- daemons ---------------------------------------------------------------------------------------
-slurmctld -D -i -f "$SLURM_CONF" > "$DIR/log/slurmctld.stdout" 2>&1 &
-record $! slurmctld
-up=0
-for _ in $(seq $((WAIT * 4))); do
-  scontrol ping 2>/dev/null | grep -q 'is UP' && { up=1; break; }
-  kill -0 "$(awk '$2=="slurmctld"{print $1}' "$DIR/pids")" 2>/dev/null || break
-  sleep 0.25
-done
-[ "$up" = 1 ] || { log "slurmctld did not answer within ${WAIT}s"; exit 1; }
+start_slurmctld
 for k in $(seq "$N"); do
   # taskset and cluster-exec.sh exec slurmd in place (no fork), so $! is slurmd's PID.
   pin=()

@@ -23,6 +23,8 @@ CPUS=${SLURM_TEST_CPUS:-8}
 WAIT=${SLURM_TEST_WAIT:-60}
 
 log() { echo "slurm-up: $*" >&2; }
+# shellcheck source=SCRIPTDIR/slurm-lib.sh
+. "$HERE/slurm-lib.sh"
 
 # --- packages --------------------------------------------------------------------------------------
 need_install=0
@@ -56,49 +58,10 @@ mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
 mkdir -p "$DIR/state" "$DIR/spool" "$DIR/log"
 : > "$DIR/pids"
-# munged's socket, PID and seed live in a short directory of their own under /tmp: the munge user
-# must reach it (DIR may sit below a private directory, e.g. pytest's), and a socket path is limited
-# to 108 bytes. slurm-down.sh removes it.
-MUNGE_DIR=$(mktemp -d /tmp/ntpbench-munge.XXXXXX)
-echo "$MUNGE_DIR" > "$DIR/munge.dir"
-
-ok=0
-cleanup() {
-  if [ "$ok" != 1 ]; then
-    log "start failed; stopping what was started (logs kept in $DIR/log)"
-    for f in "$DIR"/log/*; do [ -f "$f" ] && { echo "== $f" >&2; tail -n 15 "$f" >&2; }; done
-    "$HERE/slurm-down.sh" "$DIR" >&2 || true
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-record() { echo "$1 $2" >> "$DIR/pids"; }   # PID NAME, in start order
+undo_on_failure "$HERE/slurm-down.sh" "stopping what was started"
 
 # --- munge -----------------------------------------------------------------------------------------
-KEY=/etc/munge/munge.key
-if [ ! -s "$KEY" ]; then
-  log "creating $KEY"
-  install -d -o munge -g munge -m 0700 /etc/munge
-  if command -v mungekey >/dev/null 2>&1; then
-    mungekey --create --keyfile="$KEY" --force
-  else
-    dd if=/dev/urandom of="$KEY" bs=1 count=1024 status=none
-  fi
-fi
-chown munge:munge "$KEY" && chmod 0400 "$KEY"
-chown munge:munge "$MUNGE_DIR" && chmod 0755 "$MUNGE_DIR"
-SOCK="$MUNGE_DIR/munge.socket"
-setpriv --reuid=munge --regid=munge --init-groups \
-  munged --foreground --force --socket="$SOCK" --key-file="$KEY" \
-  --pid-file="$MUNGE_DIR/munged.pid" --log-file="$MUNGE_DIR/munged.log" --seed-file="$MUNGE_DIR/munged.seed" \
-  > "$DIR/log/munged.stdout" 2>&1 &
-record $! munged
-for _ in $(seq 50); do [ -S "$SOCK" ] && break; sleep 0.1; done
-if ! munge -n -S "$SOCK" | unmunge -S "$SOCK" >/dev/null; then
-  log "munged did not come up"
-  exit 1
-fi
+start_munged
 
 # --- slurm.conf ------------------------------------------------------------------------------------
 read -r CTLD_PORT SLURMD_PORT < <(python3 - <<'EOF'
@@ -109,62 +72,15 @@ for s in ss:
 print(*[s.getsockname()[1] for s in ss])
 EOF
 )
-: > "$DIR/plugstack.conf"
-cat > "$DIR/slurm.conf" <<EOF
-# Private single-node test cluster written by tests/slurm/slurm-up.sh; stop it with slurm-down.sh.
-ClusterName=ntpbench-test
-SlurmctldHost=localhost
-SlurmctldPort=$CTLD_PORT
-SlurmdPort=$SLURMD_PORT
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$SOCK
-MpiDefault=pmix
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SchedulerType=sched/backfill
-ReturnToService=2
-SlurmdParameters=config_overrides
-StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool/slurmd-%n
-SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
-SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PlugStackConfig=$DIR/plugstack.conf
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MinJobAge=3600
-InactiveLimit=0
-KillWait=5
-SlurmctldTimeout=30
-SlurmdTimeout=60
-MessageTimeout=30
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$CPUS State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
-EOF
-export SLURM_CONF="$DIR/slurm.conf"
+write_slurm_conf "HEADER=Private single-node test cluster written by tests/slurm/slurm-up.sh; stop it with slurm-down.sh." \
+  CLUSTER_NAME=ntpbench-test CONTROLLER=localhost "CTLD_PORT=$CTLD_PORT" "SLURMD_PORT=$SLURMD_PORT" MPI_DEFAULT=pmix \
+  "SLURMD_PID_FILE=$DIR/slurmd.pid" "SLURMD_LOG_FILE=$DIR/log/slurmd.log" NODES=localhost NODE_ADDRS=127.0.0.1
 cat > "$DIR/env.sh" <<EOF
 export SLURM_CONF=$DIR/slurm.conf
 EOF
 
 # --- daemons ---------------------------------------------------------------------------------------
-slurmctld -D -i -f "$SLURM_CONF" > "$DIR/log/slurmctld.stdout" 2>&1 &
-record $! slurmctld
-up=0
-for _ in $(seq $((WAIT * 4))); do
-  if scontrol ping 2>/dev/null | grep -q 'is UP'; then up=1; break; fi
-  kill -0 "$(awk '$2=="slurmctld"{print $1}' "$DIR/pids")" 2>/dev/null || break
-  sleep 0.25
-done
-[ "$up" = 1 ] || { log "slurmctld did not answer within ${WAIT}s"; exit 1; }
+start_slurmctld
 
 slurmd -D -N localhost -f "$SLURM_CONF" > "$DIR/log/slurmd.stdout" 2>&1 &
 record $! slurmd
