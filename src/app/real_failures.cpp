@@ -117,20 +117,30 @@ std::unique_ptr<Comm> TrainingRun::hand_to_spares(const JoinMessage& m, const st
   return spares_->regroup(assign);
 }
 
-// Signal mode, on the survivors: processes take the dead logical ranks `ranks` (spares where the
-// pool can serve them all, else new ones spawned), are told the run's state, and are healed from
-// their peers. On a job of several hosts with no spare left for them, the ranks stay dead.
-double TrainingRun::revive(int s, const std::vector<int>& ranks) {
+// Signal mode, on the survivors: processes take the dead logical ranks `wanted` (spares where the
+// pool can serve them all; on one host, else new ones spawned), are told the run's state, and are
+// healed from their peers. On a job of several hosts the ranks no spare can serve stay dead.
+double TrainingRun::revive(int s, const std::vector<int>& wanted) {
   progress(s, "a revival: spawn or spares, merge, heal");
   const double t_event = now();
-  const auto assign = spares_ ? spares_->choose(ranks, hosts_) : std::vector<std::pair<int, int>>{};
-  if (assign.empty() && spares_ && std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1) {
-    if (root()) {
-      fmt::print("step {:5d}: no spare left for rank(s) {}, and this job spans hosts (no spawn): they stay dead\n", s,
-                 ranks);
-      rec_->event(make_event(t_event, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks)));
+  auto assign = spares_ ? spares_->choose(wanted, hosts_) : std::vector<std::pair<int, int>>{};
+  std::vector<int> ranks = wanted;
+  if (assign.size() < wanted.size() && spares_) {
+    if (std::set<std::string>(hosts_.begin(), hosts_.end()).size() == 1) {
+      assign.clear();  // spawn them all
+    } else {
+      ranks.clear();
+      for (const auto& [key, rank] : assign) ranks.push_back(rank);
+      std::vector<int> stay;
+      for (int r : wanted)
+        if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) stay.push_back(r);
+      if (root()) {
+        fmt::print("step {:5d}: no spare left for rank(s) {}, and this job spans hosts (no spawn): they stay dead\n",
+                   s, stay);
+        rec_->event(make_event(t_event, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", stay)));
+      }
+      if (ranks.empty()) return 0;
     }
-    return 0;
   }
   const JoinMessage m = join_message(s, ranks);
   adopt(assign.empty() ? spawn_replacements(m) : hand_to_spares(m, assign));
@@ -160,11 +170,13 @@ double TrainingRun::revive(int s, const std::vector<int>& ranks) {
 // --spare-use takeover, right after the repair of a death: spares take the dead ranks now, when the
 // pool can serve them all (a later revival of those ranks is then moot).
 double TrainingRun::take_over(int s, const std::vector<int>& lost) {
+  if (!spares_ || o_.spare_use != "takeover") return 0;
   std::vector<int> dead;
   for (int r : lost)
     if (!alive_[r]) dead.push_back(r);
-  if (!spares_ || o_.spare_use != "takeover" || dead.empty() || spares_->choose(dead, hosts_).empty()) return 0;
-  return revive(s, dead);
+  std::vector<int> served;
+  for (const auto& [key, rank] : spares_->choose(dead, hosts_)) served.push_back(rank);
+  return served.empty() ? 0 : revive(s, served);
 }
 
 void TrainingRun::use_spares(SparePool* pool, std::vector<std::string> processes) {

@@ -78,7 +78,7 @@ std::vector<int> SparePool::repair() {
   return lost;
 }
 
-std::string SparePool::exchange(const std::string& plan) { return broadcast_string(*pool_, plan); }
+std::string SparePool::exchange(const std::string& plan) { return pool_->post(plan, 0); }
 
 std::unique_ptr<Comm> SparePool::regroup(const std::vector<std::pair<int, int>>& key_to_rank) {
   for (const auto& [key, rank] : key_to_rank)
@@ -120,7 +120,7 @@ std::vector<std::pair<int, int>> SparePool::choose(const std::vector<int>& ranks
         break;
       }
     }
-    if (into.empty()) return {};
+    if (into.empty()) continue;  // these ranks stay without a spare
     for (int r : on) out.emplace_back(take([&](int k) { return host_of_spare(k) == into; }), r);
   }
   return out;

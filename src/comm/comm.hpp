@@ -48,6 +48,11 @@ class Comm {
                                                   const std::vector<int>& recv_counts,
                                                   const std::vector<int>& recv_displs);
   virtual void barrier() = 0;
+  // `message` from `root` to every member by point-to-point messages; returns it on every member.
+  // The others wait in a receive that yields the core (a spare waits in one for a whole run), and
+  // no collective algorithm is involved, none of the hidden sub-groups a hierarchical one makes
+  // behind a call: revoke() and a member's death end the wait everywhere. Default: broadcast.
+  virtual std::string post(const std::string& message, int root);
   // Pipeline transfer: sends n_send floats to rank `dest` and receives n_recv from rank `src` at
   // once (either side may be absent: -1). Both directions in one call, as Megatron batches its
   // isend/irecv: in 1F1B's steady state neighbours send to each other at the same time, and two
@@ -89,6 +94,14 @@ inline std::unique_ptr<CommRequest> Comm::ialltoallv(const float* send, const st
   };
   alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
   return std::make_unique<Finished>();
+}
+
+inline std::string Comm::post(const std::string& message, int root) {
+  long long n = static_cast<long long>(message.size());
+  broadcast(&n, sizeof n, root);
+  std::string s = rank() == root ? message : std::string(static_cast<std::size_t>(n), '\0');
+  broadcast(s.data(), s.size(), root);
+  return s;
 }
 
 inline void Comm::revoke() { throw std::logic_error("this communicator has no fault tolerance"); }

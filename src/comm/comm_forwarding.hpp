@@ -25,6 +25,7 @@ class ForwardingComm : public Comm {
   }
   std::vector<std::string> gather(const std::string& s, int root) override { return inner_->gather(s, root); }
   void barrier() override { inner_->barrier(); }
+  std::string post(const std::string& message, int root) override { return inner_->post(message, root); }
 
   std::unique_ptr<Comm> split(int color, int key) override { return wrap_group(inner_->split(color, key)); }
   std::unique_ptr<Comm> split_node() override { return wrap_group(inner_->split_node()); }

@@ -225,6 +225,29 @@ class MpiComm final : public Comm {
     wait_politely(req[1]);
   }
 
+  std::string post(const std::string& message, int root) override {
+    constexpr int kTag = 8;  // the spare pool's plans (app/spares.cpp)
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (rank_ != root) {
+      long long n = 0;
+      check(MPI_Irecv(&n, 1, MPI_LONG_LONG, root, kTag, comm_, &req), "MPI_Irecv");
+      wait_politely(req);
+      std::string s(static_cast<std::size_t>(n), '\0');
+      check(MPI_Irecv(s.data(), static_cast<int>(n), MPI_CHAR, root, kTag, comm_, &req), "MPI_Irecv");
+      wait_politely(req);
+      return s;
+    }
+    long long n = static_cast<long long>(message.size());
+    for (int r = 0; r < size_; ++r) {
+      if (r == root) continue;
+      check(MPI_Isend(&n, 1, MPI_LONG_LONG, r, kTag, comm_, &req), "MPI_Isend");
+      wait_politely(req);
+      check(MPI_Isend(message.data(), static_cast<int>(n), MPI_CHAR, r, kTag, comm_, &req), "MPI_Isend");
+      wait_politely(req);
+    }
+    return message;
+  }
+
   void barrier() override {
     MPI_Request req;
     check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");

@@ -319,3 +319,44 @@ def test_a_node_killed_from_outside(cluster):
     line = next((line for line in rep.splitlines() if "node2 (4)" in line), "")  # node2 lost whole
     assert len(line.split()) > 1 and line.split()[1] == str(len(dead)), rep  # GPUs lost
     replay(d / "outside.h5")
+
+
+def spare_pids(h5):
+    with h5py.File(h5, "r") as f:
+        return {s["pid"]: s["host"] for s in json.loads(f.attrs["spares"])}
+
+
+@needs_ulfm
+@pytest.mark.parametrize("use", ["takeover", "revive"])
+def test_a_spare_host_takes_a_dead_node(cluster, use):
+    """Three nodes of 4 tasks, the last one a spare host: node2 dies for real (--kill-mode signal)
+    and node3's spares take its ranks 4-7, at once (takeover) or at the revival (revive), with no
+    fall-back to fenced kills: the processes of node3 hold them to the end, mpirun exits 0, and the
+    run replays."""
+    d, env = cluster
+    sched = d / f"spare-host-{use}.yaml"
+    text = "events:\n  - {step: 4, kill_node: node2, at: backward}\n"
+    sched.write_text(text + ("" if use == "takeover" else "  - {step: 7, revive_node: node2}\n"))
+    rc, log, h5 = sbatch(env, f"spare-{use}", 3, *TINY, "--steps", 9, "--schedule", sched, "--policy", "ntp",
+                         "--kill-mode", "signal", "--spare-hosts", 1, "--spare-use", use)
+    assert rc == 0, log
+    assert "kills are fenced" not in log, log
+    hosts, inc = attrs_hosts(h5)
+    assert hosts == BLOCK, hosts  # the 8 trainers' hosts at job start; node3's 4 processes are spares
+    spares = spare_pids(h5)
+    assert sorted(spares.values()) == ["node3"] * 4, spares
+    # Ranks 4-7: first their node2 process (ended), then one of node3's spares, alive at the end.
+    dead = sorted(r for _, r, _ in events(h5, "kill"))
+    assert set(dead) >= {4, 5, 6, 7}, dead
+    for r in (4, 5, 6, 7):
+        mine = [(host, pid, t_end) for rank, host, pid, t_end in inc if rank == r]
+        assert mine[0][0] == "node2" and mine[0][2] == mine[0][2], mine  # ended (not NaN)
+        assert mine[-1][0] == "node3" and mine[-1][1] in spares and mine[-1][2] != mine[-1][2], mine
+    kind = "takeover" if use == "takeover" else "spare"
+    assert [s for s, _, _ in events(h5, kind)] == [4 if use == "takeover" else 7], events(h5, kind)
+    with h5py.File(h5, "r") as f:
+        st = f["steps"][()]
+        # A rank of node1 that Open MPI's TCP path takes down with node2 (test_a_node_killed_from_outside)
+        # has no spare slot on node1: it stays dead.
+        assert st["live_ranks"][-1] == 8 - (len(dead) - 4) and st["active_replicas"][-1] == 2
+    replay(h5)
