@@ -28,6 +28,8 @@
 #   BENCH_TIMEOUT  seconds per CPU benchmark (60)
 #   PROBE_TIMEOUT  seconds per machine probe: nvidia-smi, ldd, mpirun --version (10)
 #   KILL_AFTER     seconds from TERM to KILL for a launch past its limit (5)
+#   CHECK_GRACE    seconds past the deadline after which a check stuck outside any launch (say, in
+#                  the bundle's env.sh) is killed, summary.txt noting it (20)
 #   BUNDLE         the bundle (default gpu-bundle, `make gpu-bundle`), used when bin/ntpbench is there
 #   BUILD          without a bundle: the build folder (default build), its binaries used as they
 #                  are, or built here first (CMake; CUDA_ARCHS, default 90; JOBS) when an MPI
@@ -64,7 +66,7 @@ PROBE_TIMEOUT=${PROBE_TIMEOUT:-10}
 KILL_AFTER=${KILL_AFTER:-5}
 RESERVE=$(( KILL_AFTER + 5 ))  # kept back from every step: its last kill, the archive, the table
 MIN_STEP=10                    # a step with less than this left is skipped
-GRACE=20                       # past the deadline, the watchdog stops a check stuck outside a launch
+GRACE=${CHECK_GRACE:-20}       # past the deadline, the watchdog stops a check stuck outside a launch
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -159,6 +161,9 @@ watchdog() {
   kill -0 "$MAIN" 2>/dev/null || exit 0
   local note="check.sh: stopped, stuck ${GRACE}s past its ${CHECK_BUDGET}s budget outside any launch; the table above is as of the last finished step"
   echo "$note" >>"$OUT/summary.txt"; echo "$note" >>"$LOG"; echo "$note"
+  kill -STOP "$MAIN"  # then what it waits for (not this watchdog), then itself
+  local c
+  for c in $(pgrep -P "$MAIN"); do [ "$c" = "$BASHPID" ] || kill -KILL "$c"; done
   kill -KILL "$MAIN"
 }
 MAIN=$$

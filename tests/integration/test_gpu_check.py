@@ -48,9 +48,10 @@ ENV_SH = 'NTPBENCH_BUNDLE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\nNTPBENC
 MANIFEST = "gpu-bundle of ntpbench (stub)\nglibc_needed: GLIBC_2.17\n\n  0  bin/ntpbench\n"
 
 
-def make_bundle(path, hung_test_cuda=False):
+def make_bundle(path, hung_test_cuda=False, hung_env=False):
     files = {"bin/ntpbench": NTPBENCH, "bin/test_cuda": HANG if hung_test_cuda else TEST_CUDA,
-             "bin/bench_resilience": BENCH, "bin/mpirun": HANG, "env.sh": ENV_SH, "MANIFEST.txt": MANIFEST}
+             "bin/bench_resilience": BENCH, "bin/mpirun": HANG, "env.sh": ENV_SH + ("sleep 1000\n" if hung_env else ""),
+             "MANIFEST.txt": MANIFEST}
     for name, text in files.items():
         f = path / name
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +177,19 @@ def test_sigterm_ends_the_check_with_the_table(tmp_path):
     summary, rows = assert_output_folder(out)
     assert "GPU tests: FAIL timeout" in summary and "stopped at the deadline" in summary.splitlines()[-1], summary
     assert all("SKIPPED: the check was stopped" in rows[n] for n in RUNS + BENCHES), summary
+
+
+def test_a_check_stuck_outside_any_launch_is_stopped_past_its_deadline(tmp_path):
+    """The bundle's env.sh (sourced, so under no time limit) hangs: the watchdog notes it in
+    summary.txt and check.log CHECK_GRACE s past the deadline, and kills the check."""
+    bundle = make_bundle(tmp_path / "bundle", hung_env=True)
+    rc, seconds, console, out = check(tmp_path, {"BUNDLE": str(bundle), "CHECK_BUDGET": "6", "CHECK_GRACE": "3"})
+    assert rc == -signal.SIGKILL, console
+    assert 6 + 3 <= seconds < 6 + 3 + 5, console
+    summary = (out / "summary.txt").read_text()
+    note = "check.sh: stopped, stuck 3s past its 6s budget outside any launch"
+    assert summary.splitlines()[-1].startswith(note) and (out / "check.log").read_text().splitlines()[-1].startswith(note)
+    assert all(row.endswith("not reached") for row in table(out).values()), summary
 
 
 def test_no_bundle_and_no_mpi_compiler_gives_one_line_and_the_table(tmp_path):
