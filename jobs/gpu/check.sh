@@ -21,7 +21,8 @@
 #
 # Environment:
 #   CHECK_OUT      the output folder, when no argument is given
-#   CHECK_WORK     the work folder holding runs/ (default: a new folder under TMPDIR, removed at exit)
+#   CHECK_WORK     the work folder holding runs/, emptied first (default: a new folder under TMPDIR,
+#                  removed at exit)
 #   CHECK_BUDGET   seconds for the whole check (400: keep it 60 s or more below an outer limit)
 #   TEST_TIMEOUT   seconds for test_cuda (90)
 #   RUN_TIMEOUT    seconds per training run (90); after a run times out, the rest of its group is skipped
@@ -71,7 +72,9 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 MADE_WORK=0
-if [ -n "${CHECK_WORK:-}" ]; then WORK=$CHECK_WORK; else WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX") && MADE_WORK=1; fi
+if [ -n "${CHECK_WORK:-}" ]; then WORK=$CHECK_WORK
+else WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX") && MADE_WORK=1 || { echo "$0: cannot make a work folder" >&2; exit 2; }
+fi
 RUNS=$WORK/runs
 rm -rf "$RUNS" && mkdir -p "$RUNS" || { echo "$0: cannot create $RUNS" >&2; exit 2; }
 LOG=$OUT/check.log
@@ -534,7 +537,8 @@ shared_gpu_runs
 cpu_benches
 
 END="check.sh: $([ "$FAILED" = 0 ] && echo PASS || echo FAIL) in $(( SECONDS - T0 ))s of ${CHECK_BUDGET}s$([ "$DEADLINE" = 0 ] || echo ", stopped at the deadline")"
-say "done; output in $OUT (check.log, summary.txt, runs.tgz, nvidia-smi.txt)"
+[ "$DEADLINE" = 0 ] || archive  # the deadline may have cut the last step's archive short
+say "done; output in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 log ""
 write_summary "$END"
 show <"$OUT/summary.txt"

@@ -192,6 +192,33 @@ def test_a_check_stuck_outside_any_launch_is_stopped_past_its_deadline(tmp_path)
     assert all(row.endswith("not reached") for row in table(out).values()), summary
 
 
+NVIDIA_SMI = r"""#!/usr/bin/env bash
+case "${1:-}" in
+  --query-gpu=*) echo "index, name, driver_version, memory.total [MiB], clocks.max.sm [MHz], power.limit [W], compute_mode"
+                 echo "0, NVIDIA H200, 570.86.15, 143771 MiB, 1980 MHz, 700.00 W, Exclusive_Process" ;;
+  *) echo "stub nvidia-smi" ;;
+esac
+"""
+
+
+def test_exclusive_process_gpu_skips_the_shared_runs(tmp_path):
+    bundle = make_bundle(tmp_path / "bundle")
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(NVIDIA_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {"BUNDLE": str(bundle), "BENCH_TIMEOUT": "2", "KILL_AFTER": "1"}
+    rc, seconds, console, out = check(tmp_path, env, path=f"{fake}:{os.environ['PATH']}")
+    assert rc == 1, console
+    assert "NOTE: the GPU's compute mode is Exclusive_Process" in console
+    summary, rows = assert_output_folder(out)
+    assert summary.startswith("GPU: NVIDIA H200 (compute mode Exclusive_Process)"), summary
+    assert (out / "nvidia-smi.txt").read_text() == "stub nvidia-smi\n"
+    assert " ok (" in rows["gpt2-fp32"] and "MFU vs BF16 peak; ok (" in rows["gpt2-bf16"], summary
+    for name in ("shared-tp2-cuda", "shared-pp2-cuda"):
+        assert "SKIPPED: GPU compute mode Exclusive_Process: two ranks cannot share it" in rows[name], summary
+
+
 def test_no_bundle_and_no_mpi_compiler_gives_one_line_and_the_table(tmp_path):
     # PATH: every command of the system's folders but the MPI ones (mpicxx, mpirun...)
     bin_ = tmp_path / "path"
