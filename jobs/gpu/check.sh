@@ -12,7 +12,7 @@
 # the table so far (summary.txt) and an archive of the run files (runs.tgz) are rewritten in OUT,
 # so a command cut short still leaves what finished.
 #
-# OUT (the argument, else CHECK_OUT) receives four files, no more:
+# OUT (the argument, else CHECK_OUT) receives these files, no more (nvidia-smi.txt where it is found):
 #   check.log      the console, written line by line
 #   summary.txt    the table (rewritten after each step; its last line says whether it is final)
 #   runs.tgz       runs/: NAME.out and NAME.h5 per run, test_cuda.log/.xml, bench-NAME.out/.json
