@@ -22,6 +22,9 @@ Definitions (all from /steps, /replicas/state and /events; `wall_seconds` alone 
     recovery_lost_seconds      sum of `lost` durations: real failures (--kill-mode signal), the
                                interrupted attempt's time until the first survivor noticed
     recovery_repair_seconds    sum of `repair` durations: revoke + agree + shrink after a real failure
+    recovery_spawn_seconds     sum of `spawn` durations: new processes for revivals, started and merged
+    recovery_spare_seconds     sum of `spare` and `takeover` durations: spares handed dead ranks
+    spares_used                number of `spare` and `takeover` events (one per rank a spare took)
     heal_bytes                 sum of `bytes` of `heal` and `restore` events
     paced_overrun_steps        steps with paced_overrun == 1
     final_loss                 loss of the last row
@@ -36,10 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .runfile import HEALTHY, SUMMARY_KEYS, Run
+from .runfile import HEALTHY, LATER_SUMMARY_KEYS, SUMMARY_KEYS, Run
 
 # Figures that are counts: compared exactly.
-COUNT_KEYS = ("steps", "tokens", "tokens_committed", "failures", "revivals", "paced_overrun_steps")
+COUNT_KEYS = ("steps", "tokens", "tokens_committed", "failures", "revivals", "paced_overrun_steps", "spares_used")
 
 
 def _div(a: float, b: float) -> float:
@@ -81,12 +84,14 @@ def recompute(run: Run) -> dict:
     out["revivals"] = int((kinds == "revive").sum())
     # A restore (reading back a checkpoint) is how a run heals when no peer holds a shard.
     parts = {"detect": ("detect",), "reconfigure": ("reconfigure",), "heal": ("heal", "restore"),
-             "recompute": ("recompute",), "lost": ("lost",), "repair": ("repair",)}
+             "recompute": ("recompute",), "lost": ("lost",), "repair": ("repair",), "spawn": ("spawn",),
+             "spare": ("spare", "takeover")}
     for part, names in parts.items():
         mask = np.isin(kinds, names)
         out[f"recovery_{part}_seconds"] = float(ev["duration"].to_numpy(dtype=float)[mask].sum()) if len(ev) else 0.0
     heal_mask = np.isin(kinds, ("heal", "restore"))
     out["heal_bytes"] = float(ev["bytes"].to_numpy(dtype=float)[heal_mask].sum()) if len(ev) else 0.0
+    out["spares_used"] = int(np.isin(kinds, ("spare", "takeover")).sum())
     out["paced_overrun_steps"] = int((s["paced_overrun"].to_numpy() == 1).sum())
     out["final_loss"] = float(s["loss"].iloc[-1]) if len(s) else math.nan
     assert set(out) == set(SUMMARY_KEYS)
@@ -115,6 +120,8 @@ def compare(run: Run, recomputed: dict | None = None, rtol: float = 1e-6, atol: 
     bad = []
     for key in SUMMARY_KEYS:
         r = float(rec[key])
+        if key not in run.summary and key in LATER_SUMMARY_KEYS:
+            continue  # a file from before the figure existed
         if key not in run.summary:
             bad.append(Mismatch(key, None, r, math.inf))
             continue

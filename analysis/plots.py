@@ -45,7 +45,8 @@ def _event_marks(ax, run: Run) -> None:
     if not len(ev):
         return
     kinds = ev["kind"].astype(str)
-    for kind, color, style in (("kill", "tab:red", "--"), ("revive", "tab:green", ":")):
+    for kind, color, style in (("kill", "tab:red", "--"), ("revive", "tab:green", ":"),
+                               ("takeover", "tab:purple", "-."), ("spare", "tab:purple", "-.")):
         sel = ev[kinds == kind]
         for i, (t, rank) in enumerate(zip(sel["time"], sel["rank"])):
             ax.axvline(float(t), color=color, linestyle=style, linewidth=1.2,

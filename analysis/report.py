@@ -31,6 +31,8 @@ COLUMNS = [
     ("recovery_repair_seconds", "repair s", "{:.3f}"),
     ("recovery_detect_seconds", "detect s", "{:.3f}"),
     ("recovery_reconfigure_seconds", "reconf s", "{:.3f}"),
+    ("recovery_spawn_seconds", "spawn s", "{:.3f}"),
+    ("recovery_spare_seconds", "spare s", "{:.3f}"),
     ("recovery_heal_seconds", "heal s", "{:.3f}"),
     ("recovery_recompute_seconds", "recomp s", "{:.3f}"),
     ("heal_bytes", "heal bytes", "{:.3g}"),

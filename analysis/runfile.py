@@ -42,8 +42,10 @@ SUMMARY_KEYS = (
     "healthy_throughput_tokens_per_s", "goodput_ratio", "mfu", "failures", "revivals",
     "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
     "recovery_recompute_seconds", "recovery_lost_seconds", "recovery_repair_seconds", "heal_bytes",
-    "paced_overrun_steps", "final_loss",
+    "paced_overrun_steps", "final_loss", "recovery_spawn_seconds", "recovery_spare_seconds", "spares_used",
 )
+# Figures files written before them lack: not recomputed against those files' /summary.
+LATER_SUMMARY_KEYS = ("recovery_spawn_seconds", "recovery_spare_seconds", "spares_used")
 # Replica states in /replicas/state.
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
 

@@ -212,4 +212,6 @@ def _summary(st, state, ev, wall, ranks):
         "recovery_lost_seconds": dur("lost"), "recovery_repair_seconds": dur("repair"),
         "heal_bytes": float(ev["bytes"][(kinds == "heal") | (kinds == "restore")].sum()) if len(ev) else 0.0,
         "paced_overrun_steps": int((st["paced_overrun"] == 1).sum()), "final_loss": float(st["loss"][-1]),
+        "recovery_spawn_seconds": dur("spawn"), "recovery_spare_seconds": dur("spare") + dur("takeover"),
+        "spares_used": int(((kinds == "spare") | (kinds == "takeover")).sum()) if len(ev) else 0,
     }

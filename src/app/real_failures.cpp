@@ -113,7 +113,6 @@ std::unique_ptr<Comm> TrainingRun::spawn_replacements(const JoinMessage& m) {
 std::unique_ptr<Comm> TrainingRun::hand_to_spares(const JoinMessage& m, const std::vector<std::pair<int, int>>& assign) {
   const nlohmann::json plan = {{"kind", "take"}, {"assign", assign}, {"join", to_json(m)}};
   spares_->exchange(plan.dump());
-  spares_used_ += static_cast<int>(assign.size());
   return spares_->regroup(assign);
 }
 
@@ -148,14 +147,18 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
   record_processes(ranks);
   const double spawn_seconds = now() - t_event;
   if (root()) {
+    // A spawn is one event; spares one each (rank: the rank taken), the handover's seconds on the first.
+    if (assign.empty())
+      rec_->event(make_event(t_event, s, "spawn", -1, -1, 0, spawn_seconds,
+                             fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks)));
     std::vector<std::string> who;
-    for (const auto& [key, rank] : assign)
+    for (const auto& [key, rank] : assign) {
       who.push_back(fmt::format("spare {} ({}) -> rank {}", spares_->spare_number(key), spares_->host_of_spare(key),
                                 rank));
-    rec_->event(make_event(t_event, s, assign.empty() ? "spawn" : o_.spare_use == "takeover" ? "takeover" : "spare",
-                           -1, -1, 0, spawn_seconds,
-                           assign.empty() ? fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks)
-                                          : fmt::format("{}", fmt::join(who, "; "))));
+      rec_->event(make_event(t_event, s, o_.spare_use == "takeover" ? "takeover" : "spare", rank,
+                             trainer_->topology().replica_of_rank(rank), 0, who.size() == 1 ? spawn_seconds : 0,
+                             who.back()));
+    }
     fmt::print("step {:5d}: {} in {:.2f} ms\n", s,
                assign.empty() ? fmt::format("{} new process(es) spawned for rank(s) {}", ranks.size(), ranks)
                               : fmt::format("{}", fmt::join(who, "; ")),

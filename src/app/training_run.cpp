@@ -525,10 +525,7 @@ int TrainingRun::finish() {
   rec_->write_summary(wall, static_cast<int>(alive_.size()), peak_.gflops);
   rec_->set_summary("recorder_seconds", recorder_seconds_);
   rec_->set_summary("skipped_steps", static_cast<double>(skipped_steps_));
-  if (spares_) {
-    rec_->set_summary("spares_used", static_cast<double>(spares_used_));
-    rec_->set_summary("spares_left", static_cast<double>(spares_->live_spares().size()));
-  }
+  if (spares_) rec_->set_summary("spares_left", static_cast<double>(spares_->live_spares().size()));
   double tokens = 0, committed = 0, step_s = 0;
   for (const auto& row : rec_->rows())
     tokens += row.tokens, committed += row.tokens_committed, step_s += row.t_end - row.t_start;

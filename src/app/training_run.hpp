@@ -179,7 +179,6 @@ class TrainingRun {
   Watchdog watchdog_;
   SparePool* spares_ = nullptr;  // with spares: the pool of trainers and spares (spares.hpp)
   std::vector<std::string> spare_processes_;  // recorder, at job start: "pid host" of each spare
-  int spares_used_ = 0;
 };
 // A string from the group's rank 0 to every member.
 std::string broadcast_string(Comm& c, std::string s);

@@ -297,8 +297,8 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops)
     if (r.samples > 0 && dt > 0 && std::all_of(st.begin(), st.end(), [](signed char s) { return s == 0; }))
       healthy.push_back(r.tokens / dt);
   }
-  double detect = 0, reconf = 0, heal = 0, recompute = 0, heal_bytes = 0, lost = 0, repair = 0;
-  int failures = 0, revivals = 0;
+  double detect = 0, reconf = 0, heal = 0, recompute = 0, heal_bytes = 0, lost = 0, repair = 0, spawn = 0, spare = 0;
+  int failures = 0, revivals = 0, spares_used = 0;
   for (const auto& e : event_rows_) {
     const std::string k = e.kind;
     if (k == "kill") ++failures;
@@ -309,6 +309,8 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops)
     if (k == "recompute") recompute += e.duration;
     if (k == "lost") lost += e.duration;
     if (k == "repair") repair += e.duration;
+    if (k == "spawn") spawn += e.duration;
+    if (k == "spare" || k == "takeover") spare += e.duration, ++spares_used;
   }
   double median = 0;
   if (!healthy.empty()) {
@@ -341,6 +343,9 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops)
   put("recovery_recompute_seconds", recompute);
   put("recovery_lost_seconds", lost);
   put("recovery_repair_seconds", repair);
+  put("recovery_spawn_seconds", spawn);
+  put("recovery_spare_seconds", spare);
+  put("spares_used", double(spares_used));
   put("heal_bytes", heal_bytes);
   put("paced_overrun_steps", double(overruns));
   put("final_loss", rows_.empty() ? 0.0 : rows_.back().loss);

@@ -4,11 +4,12 @@ start, never as a new process while a spare is left: every pid in /ranks/incarna
 job's first 12. Every run still computes what one rank computes on its committed steps (--replay
 AGREES)."""
 import json
+import subprocess
 
 import h5py
 import pytest
 
-from conftest import events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, steps
+from conftest import ROOT, events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, steps
 
 pytestmark = needs_ulfm
 
@@ -54,7 +55,7 @@ def test_takeover_at_every_phase(tmp_path, at):
     assert (s["tokens_committed"] == s["tokens"]).all() and (s["samples"] == 8).all(), s
     # The replica is back at full degree within the repair of step 3: no step ran degraded.
     assert replicas(out).tolist() == [[4, 4]] * 6
-    assert (3, "takeover", -1) in events(out)
+    assert [e for e in events(out) if e[1] == "takeover"] == [(3, "takeover", 5)]
     check_taken_by_spare(out, 5)
     assert summary(out)["spares_used"] == 1 and summary(out)["spares_left"] == 3
     replay(out)
@@ -65,9 +66,13 @@ def test_revive_is_served_by_a_spare(tmp_path):
     text = "events:\n  - {step: 3, kill: [5], at: backward}\n  - {step: 6, revive: [5]}\n"
     ntpbench(12, *JOB, "--spare-use", "revive", "--steps", 8, "--schedule", schedule(tmp_path, text), "--out", out)
     assert replicas(out).tolist() == [[4, 4]] * 2 + [[4, 3]] * 3 + [[4, 4]] * 3
-    assert (6, "spare", -1) in events(out)
+    assert [e for e in events(out) if e[1] == "spare"] == [(6, "spare", 5)]
     check_taken_by_spare(out, 5)
     replay(out)
+    # The report recomputes every /summary figure (the spares' included) and shows the handover.
+    p = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "spare s" in p.stdout, p.stdout + p.stderr
 
 
 def test_an_outside_kill_is_taken_over(tmp_path):
