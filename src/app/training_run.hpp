@@ -131,7 +131,8 @@ class TrainingRun {
   const int threads_;
   std::unique_ptr<Trainer> trainer_;
   Peak peak_;
-  std::unique_ptr<RunRecord> record_;  // root only
+  // root() only. It refers to o_, hosts_, trainer_ and peak_, declared above so they outlive it.
+  std::unique_ptr<RunRecord> record_;
   std::vector<char> alive_;
   int recorder_ = 0;  // logical rank holding the results file
   std::optional<KillAt> doom_;  // signal mode: this rank's scheduled death in the current step
