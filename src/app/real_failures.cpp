@@ -133,11 +133,7 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
       std::vector<int> stay;
       for (int r : wanted)
         if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) stay.push_back(r);
-      if (root()) {
-        fmt::print("step {:5d}: no spare left for rank(s) {}, and this job spans hosts (no spawn): they stay dead\n",
-                   s, stay);
-        rec_->event(make_event(t_event, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", stay)));
-      }
+      if (root()) record_->record_no_spare(s, t_event, stay);
       if (ranks.empty()) return 0;
     }
   }
@@ -147,22 +143,10 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
   record_processes(ranks);
   const double spawn_seconds = now() - t_event;
   if (root()) {
-    // A spawn is one event; spares one each (rank: the rank taken), the handover's seconds on the first.
-    if (assign.empty())
-      rec_->event(make_event(t_event, s, "spawn", -1, -1, 0, spawn_seconds,
-                             fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks)));
-    std::vector<std::string> who;
-    for (const auto& [key, rank] : assign) {
-      who.push_back(fmt::format("spare {} ({}) -> rank {}", spares_->spare_number(key), spares_->host_of_spare(key),
-                                rank));
-      rec_->event(make_event(t_event, s, o_.spare_use == "takeover" ? "takeover" : "spare", rank,
-                             trainer_->topology().replica_of_rank(rank), 0, who.size() == 1 ? spawn_seconds : 0,
-                             who.back()));
-    }
-    fmt::print("step {:5d}: {} in {:.2f} ms\n", s,
-               assign.empty() ? fmt::format("{} new process(es) spawned for rank(s) {}", ranks.size(), ranks)
-                              : fmt::format("{}", fmt::join(who, "; ")),
-               spawn_seconds * 1e3);
+    std::vector<SpareHandover> handover;
+    for (const auto& [key, rank] : assign)
+      handover.push_back({spares_->spare_number(key), spares_->host_of_spare(key), rank});
+    record_->record_revival(s, t_event, spawn_seconds, ranks, handover, o_.spare_use == "takeover");
   }
   StepEvents ev;
   ev.revive = ranks;
@@ -224,16 +208,8 @@ void TrainingRun::align_clock(bool joining) {
 // The recorder moves: the lowest live logical rank (this one, now the group's rank 0) reopens the
 // results file its dead predecessor wrote and appends from there.
 void TrainingRun::take_over_recorder(const std::vector<int>& lost) {
-  rec_ = Recorder::reopen(o_.out, static_cast<int>(alive_.size()), trainer_->topology().replicas);
-  for (const auto& row : rec_->rows())
-    if (row.samples > 0 && row.live_ranks == int(alive_.size()) && row.active_replicas == trainer_->topology().replicas)
-      healthy_step_seconds_.push_back(row.t_end - row.t_start);
-  if (!rec_->rows().empty()) last_step_seconds_ = rec_->rows().back().t_end - rec_->rows().back().t_start;
-  fmt::print("logical rank {} takes over the results file from rank(s) {} ({} rows so far)\n", me_, lost,
-             rec_->rows().size());
-  rec_->event(make_event(now(), static_cast<std::int64_t>(rec_->rows().size()) + 1, "recorder", me_,
-                         trainer_->topology().replica_of_rank(me_), 0, 0,
-                         fmt::format("rank {} reopened the file", me_)));
+  record_ = std::make_unique<RunRecord>(o_, *trainer_, peak_, hosts_, static_cast<int>(alive_.size()));
+  record_->reopen(me_, lost, now());
 }
 
 // Signal mode: a peer died (or a survivor revoked the group). Every survivor takes the same path:
@@ -258,28 +234,18 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       if (!alive_[recorder_]) recorder_ = members_.front();
       double times[3] = {t_notice, -t_notice, now() - t0};  // last notice, first notice, repair
       group_->allreduce_max(times, 3);
-      const double first = -times[1];
-      StepEvents ev;
       std::vector<int> lost;
       for (int r : before)
         if (!alive_[r]) lost.push_back(r);
-      ev.kill = lost;
-      for (const auto& h : schedule_.at(s).nodes_killed)  // a scheduled node failure among the losses
-        for (int r : lost)
-          if (hosts_[r] == h && (ev.nodes_killed.empty() || ev.nodes_killed.back() != h)) ev.nodes_killed.push_back(h);
       if (root()) {  // before the reconfiguration, so that a missing row shows the step as it ran
-        if (!rec_) take_over_recorder(lost);
-        write_missing_row();  // the previous step's, if a failure kept it out of the file
+        if (!record_) take_over_recorder(lost);
+        record_->write_missing_row(finished_, group_->size());  // the previous step's, if a failure kept it out
       }
-      std::vector<std::string> how;
       const int steps_before = trainer_->steps_taken();
       const Recovery rc = trainer_->reconfigure(alive_);
       release_free_memory();
       restored_ = restored_ || rc.restored;
-      double worst[3] = {rc.detect, rc.reconfigure, rc.heal};
-      group_->allreduce_max(worst, 3);
-      double bytes = rc.heal_bytes;
-      group_->allreduce_sum(&bytes, 1);
+      const RecoveryFigures f = figures(rc, steps_before);
       const bool taken_over = spares_ && o_.spare_use == "takeover" && !spares_->choose(lost, hosts_).empty();
       if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s) && !taken_over) {
         std::vector<int> dead;
@@ -289,31 +255,11 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
                                      "revival is scheduled",
                                      s, dead, o_.policy));
       }
+      if (root()) record_->record_repair(s, schedule_, repairs, lost, {t_attempt, -times[1], times[0], times[2]}, f);
       if (root()) {
-        const StepEvents& sched = schedule_.at(s);
-        for (const auto& [r, back] : repairs)
-          fmt::print("step {:5d}: rank {} died unscheduled: back at step {} (the schedule's repair_steps {})\n", s, r,
-                     back, schedule_.repair_steps());
-        fmt::print("step {:5d}: rank(s) {} died | first survivor noticed {:.2f} ms into the step, the last {:.2f} ms "
-                   "later | revoke + agree + shrink {:.2f} ms\n",
-                   s, lost, (first - t_attempt) * 1e3, (times[0] - first) * 1e3, times[2] * 1e3);
-        for (int r : lost) {
-          rec_->incarnation_end(r, first);
-          auto it = std::find(sched.kill.begin(), sched.kill.end(), r);
-          how.push_back(it == sched.kill.end()
-                            ? std::string("unscheduled: the process died")
-                            : fmt::format("scheduled: SIGKILL at {}", kill_at_name(sched.kill_at[it - sched.kill.begin()])));
-        }
-        rec_->event(make_event(first, s, "lost", -1, -1, 0, first - t_attempt,
-                               "the interrupted attempt's time until the first survivor noticed"));
-        rec_->event(make_event(first, s, "notice", -1, -1, 0, times[0] - first,
-                               "from the first survivor's notice to the last's"));
-        rec_->event(make_event(times[0], s, "repair", -1, -1, 0, times[2], "revoke + agree + shrink"));
-        record_recovery(s, ev, rc, times[0] + times[2], worst, bytes, steps_before, &how, first);
-        for (int key : spares_lost)
-          rec_->event(make_event(first, s, "spare_lost", -1, -1, 0, 0,
-                                 fmt::format("spare {} ({}) died", spares_->spare_number(key),
-                                             spares_->host_of_spare(key))));
+        std::vector<SpareHandover> gone;
+        for (int key : spares_lost) gone.push_back({spares_->spare_number(key), spares_->host_of_spare(key), -1});
+        record_->record_spares_lost(s, -times[1], gone);
       }
       take_over(s, lost);
       total += (now() - t_notice);

@@ -1,8 +1,9 @@
 #pragma once
 // One run of the training loop on one rank (app/run_training.cpp drives it): the steps, the
-// schedule's kills and revivals, the per-step report and the recorder. training_run.cpp holds the
-// loop; real_failures.cpp what --kill-mode signal adds (repair after a death, spawning
-// replacements, the recorder moving).
+// schedule's kills and revivals, the per-step report, and every collective call. training_run.cpp
+// holds the loop; real_failures.cpp what --kill-mode signal adds (repair after a death, spawning
+// replacements, the recorder moving); what the recorder's rank writes and prints is RunRecord's
+// (run_record.hpp), which this hands the gathered figures.
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 
 #include "machine.hpp"
 #include "recorder.hpp"
+#include "run_record.hpp"
 #include "schedule.hpp"
 #include "trainer.hpp"
 #include "watchdog.hpp"
@@ -21,12 +23,6 @@
 namespace ntp {
 
 class SparePool;
-
-// The peak MFU is measured against, and where it came from.
-struct Peak {
-  double gflops = 0;
-  std::string source;
-};
 
 // The peak MFU is measured against (collective over `world` when it is measured).
 Peak find_peak(const Options& o, Comm& world, int threads);
@@ -53,15 +49,14 @@ struct NoProgress : std::runtime_error {
 };
 
 // One run of the training loop on this rank. The recorder's rank (logical rank 0 until it dies,
-// then the lowest live one) owns the results file and prints.
+// then the lowest live one) holds the RunRecord, which owns the results file and prints.
 class TrainingRun {
  public:
   // hosts: each rank's host (job_hosts).
   TrainingRun(Options o, Comm& world, Schedule schedule, std::vector<std::string> hosts)
       : o_(std::move(o)), group_(&world), me_(world.rank()), schedule_(std::move(schedule)), hosts_(std::move(hosts)),
         threads_(configure_threads(o_.threads, world)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)),
-        alive_(world.size(), 1), phase_rows_(world.size()),
-        usage_rows_(world.size()) {
+        alive_(world.size(), 1) {
     if (!o_.init_from.empty()) trainer_->load_checkpoint(o_.init_from, o_.init_weights_only);
     o_.opt.total_steps = trainer_->steps_taken() + o_.steps;
     peak_ = find_peak(o_, world, threads_);
@@ -72,8 +67,7 @@ class TrainingRun {
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
       : o_(m.options), group_(group.get()), owned_group_(std::move(group)), me_(logical_rank),
         schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads, *group_)), peak_(m.peak),
-        alive_(m.state.alive), phase_rows_(m.state.alive.size()), usage_rows_(m.state.alive.size()), recorder_(m.recorder),
-        last_ckpt_(m.last_checkpoint) {
+        alive_(m.state.alive), recorder_(m.recorder), last_ckpt_(m.last_checkpoint) {
     JoinState js = m.state;
     js.logical_rank = me_;
     trainer_ = std::make_unique<Trainer>(o_, *group_, o_.micro_batch, js);
@@ -128,17 +122,13 @@ class TrainingRun {
   double take_over(int s, const std::vector<int>& lost);
   void release_spares();
   double reconfigure(int s, const StepEvents& ev);
+  // The recovery's figures over the group (collective): slowest rank for times, all ranks for bytes.
+  RecoveryFigures figures(const Recovery& rc, int steps_before);
   void adopt(std::unique_ptr<Comm> group);
   void align_clock(bool joining);
   void record_processes(const std::vector<int>& only);
   void take_over_recorder(const std::vector<int>& lost);
   void maybe_checkpoint(int s, bool trained);
-  void record_recovery(int s, const StepEvents& ev, const Recovery& rc, double t_event, const double worst[3],
-                       double bytes, int steps_before, const std::vector<std::string>* kill_details = nullptr,
-                       double t_kill = -1);
-  void record_step(int s, const StepResult& r, double t_start, double t_end, double recovery_seconds,
-                   double idle_seconds);
-  void write_missing_row();
 
   Options o_;
   Comm* group_;                       // the live ranks, in logical order
@@ -151,28 +141,18 @@ class TrainingRun {
   const int threads_;
   std::unique_ptr<Trainer> trainer_;
   Peak peak_;
-  std::unique_ptr<Recorder> rec_;  // root only
+  // root() only. It refers to o_, hosts_, trainer_ and peak_, declared above so they outlive it.
+  std::unique_ptr<RunRecord> record_;
   std::vector<char> alive_;
-  std::vector<std::array<double, kPhaseCount>> phase_rows_;
-  std::vector<RankUsage> usage_rows_;  // root: every rank's process after the step (-1: none)
   int recorder_ = 0;  // logical rank holding the results file
   std::optional<KillAt> doom_;  // signal mode: this rank's scheduled death in the current step
   StepResult last_;             // this rank's latest step result
-  // This rank's last finished attempt (its step committed everywhere, or it was an idle slot): the
-  // row a failure kept out of the results file (a failed metrics gather, a recorder that died) is
-  // written from it by whoever then holds the file.
-  struct Attempt {
-    int step = 0;
-    StepResult r;
-    double t_start = 0, t_end = 0, recovery_seconds = 0, idle_seconds = 0;
-  };
+  // This rank's last finished attempt: the row a failure kept out of the results file (a failed
+  // metrics gather, a recorder that died) is written from it by whoever then holds the file.
   Attempt finished_;
   bool restored_ = false;  // the last repair fell back to a checkpoint
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
-  std::vector<double> healthy_step_seconds_;
   std::string last_ckpt_;
-  double last_step_seconds_ = 0;
-  double recorder_seconds_ = 0;  // rank 0's time appending and flushing rows
   int skipped_steps_ = 0;        // --on-nonfinite skip
   int step_ = 0;                 // the step being attempted (the step hook's progress names it)
   double hang_limit_ = 0;        // the watchdog's limit in seconds (0: off); see hook_into_steps()

@@ -1,0 +1,318 @@
+// What the recorder rank writes and prints: the results file's attributes, rows and events, the
+// console's per-step and recovery lines, and the summary at the end.
+#include "run_record.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace ntp {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+}  // namespace
+
+void RunRecord::open(int threads) {
+  const int ranks = ranks_;
+  rec_ = std::make_unique<Recorder>(o_.out, o_.overwrite, ranks, trainer_.topology().replicas);
+  const nlohmann::json env = environment_record();
+  for (auto& [k, v] : env.items()) rec_->set_attr(k, v.get<std::string>());
+  rec_->set_attr("config", to_json(o_).dump());
+  rec_->set_attr("ranks", static_cast<long long>(ranks));
+  rec_->set_attr("tp", static_cast<long long>(o_.tp));
+  rec_->set_attr("pp", static_cast<long long>(o_.pp));
+  rec_->set_attr("micro_batches", static_cast<long long>(o_.micro_batches));
+  std::vector<int> stages;
+  for (int r = 0; r < ranks; ++r) stages.push_back(Topology(ranks, r, o_.tp, o_.pp).stage);
+  rec_->set_rank_stages(stages);
+  rec_->set_attr("replicas", static_cast<long long>(trainer_.topology().replicas));
+  rec_->set_attr("timing", o_.timing);
+  rec_->set_attr("policy", o_.schedule.empty() ? std::string("none") : o_.policy);
+  rec_->set_attr("threads_per_rank", static_cast<long long>(threads));
+  rec_->set_attr("peak_gflops_per_rank", peak_.gflops);
+  rec_->set_attr("peak_gflops_source", peak_.source);
+  rec_->set_attr("data", trainer_.data().describe());
+  rec_->set_attr("tokens_per_sample", static_cast<long long>(o_.seq));
+  rec_->set_attr("hosts", nlohmann::json(hosts_).dump());
+}
+
+void RunRecord::reopen(int me, const std::vector<int>& lost, double t) {
+  rec_ = Recorder::reopen(o_.out, ranks_, trainer_.topology().replicas);
+  // The idle slot's length carries over: the healthy steps the file holds.
+  for (const auto& row : rec_->rows())
+    if (row.samples > 0 && row.live_ranks == ranks_ && row.active_replicas == trainer_.topology().replicas)
+      healthy_step_seconds_.push_back(row.t_end - row.t_start);
+  if (!rec_->rows().empty()) last_step_seconds_ = rec_->rows().back().t_end - rec_->rows().back().t_start;
+  fmt::print("logical rank {} takes over the results file from rank(s) {} ({} rows so far)\n", me, lost,
+             rec_->rows().size());
+  rec_->event(make_event(t, static_cast<std::int64_t>(rec_->rows().size()) + 1, "recorder", me,
+                         trainer_.topology().replica_of_rank(me), 0, 0, fmt::format("rank {} reopened the file", me)));
+}
+
+void RunRecord::incarnations(const std::vector<int>& members, const std::vector<std::string>& who,
+                             const std::vector<int>& only, double t) {
+  for (std::size_t k = 0; k < who.size(); ++k) {
+    const int r = members[k];
+    if (!only.empty() && std::find(only.begin(), only.end(), r) == only.end()) continue;
+    const auto space = who[k].find(' ');
+    rec_->incarnation_start(r, std::stoll(who[k].substr(0, space)), who[k].substr(space + 1), only.empty() ? 0.0 : t);
+  }
+}
+
+double RunRecord::idle_wait() const {
+  return healthy_step_seconds_.empty() ? last_step_seconds_ : median(healthy_step_seconds_);
+}
+
+void RunRecord::clear_rank_rows() {
+  std::fill(phase_rows_.begin(), phase_rows_.end(), std::array<double, kPhaseCount>{});
+  std::fill(usage_rows_.begin(), usage_rows_.end(), RankUsage{});
+}
+
+void RunRecord::set_rank_row(int rank, const std::array<double, kPhaseCount>& phases, RankUsage usage) {
+  phase_rows_[rank] = phases;
+  usage_rows_[rank] = usage;
+}
+
+void RunRecord::record_step(const Attempt& a, int group_size) {
+  const int s = a.step;
+  const StepResult& r = a.r;
+  const Configuration& cfg = trainer_.configuration();
+  const bool overrun = r.overruns > 0;
+  const double secs = a.t_end - a.t_start;
+  const long long tokens = r.samples * o_.seq;
+  const double flops = training_flops(o_.model, r.samples, o_.seq);
+  const double peak = peak_.gflops;
+  const double mfu = secs > 0 && peak > 0 ? flops / (secs * group_size * peak * 1e9) : std::nan("");
+  const double nan = std::nan("");
+  // A non-finite step updated nothing: its tokens are processed, not committed.
+  const StepRow row{.step = s,
+                    .optimizer_step = trainer_.steps_taken(),
+                    .t_start = a.t_start,
+                    .t_end = a.t_end,
+                    .sample_begin = r.sample_begin,
+                    .samples = r.samples,
+                    .tokens = tokens,
+                    .tokens_committed = r.nonfinite ? 0 : tokens,
+                    .loss = r.samples ? r.loss : nan,
+                    .grad_norm = r.samples ? r.grad_norm : nan,
+                    .lr = r.lr,
+                    .flops = flops,
+                    .mfu = mfu,
+                    .live_ranks = cfg.live_ranks(),
+                    .active_replicas = cfg.active_replicas(),
+                    .recovery_seconds = a.recovery_seconds,
+                    .idle_seconds = a.idle_seconds,
+                    .paced_overrun = static_cast<std::int8_t>(overrun)};
+  ReplicaRow rr;
+  for (const auto& rp : cfg.replicas) {
+    rr.tp_degree.push_back(rp.active() ? rp.degree() : 0);
+    rr.batch.push_back(rp.batch);
+    rr.state.push_back(static_cast<signed char>(rp.state));
+  }
+  const auto tr = std::chrono::steady_clock::now();
+  if (r.nonfinite)
+    rec_->event(make_event(a.t_end, s, "nonfinite", -1, -1, 0, 0,
+                           fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
+                                       o_.on_nonfinite == "skip" ? "skipped" : "the run stops")));
+  rec_->append(row, rr, phase_rows_, usage_rows_);
+  recorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
+  if (r.samples > 0) {
+    last_step_seconds_ = secs;
+    if (cfg.active_replicas() == trainer_.topology().replicas && cfg.live_ranks() == ranks_)
+      healthy_step_seconds_.push_back(secs);
+  }
+  if (o_.quiet) return;
+  if (r.samples > 0)
+    fmt::print("step {:5d}/{} | loss {:.4f} | norm {:.4f} | {:8.1f} ms | {:9.0f} tok/s | MFU {:5.1f}% | TP {}{}\n", s,
+               o_.steps, r.loss, r.grad_norm, secs * 1e3, tokens / secs, 100 * mfu, cfg.degrees(),
+               overrun ? " | paced overrun" : "");
+  else
+    fmt::print("step {:5d}/{} | idle: every replica is down | {:8.1f} ms\n", s, o_.steps, secs * 1e3);
+  std::fflush(stdout);
+}
+
+void RunRecord::write_missing_row(const Attempt& a, int group_size) {
+  if (a.step == 0 || static_cast<int>(rec_->rows().size()) >= a.step) return;
+  if (static_cast<int>(rec_->rows().size()) < a.step - 1)
+    throw std::logic_error(fmt::format("the results file lacks rows before step {}", a.step));
+  record_step(a, group_size);
+}
+
+void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigures& f, double t_event,
+                                const std::vector<std::string>* kill_details, double t_kill) {
+  const Recovery& rc = f.rc;
+  const double* worst = f.worst;
+  for (std::size_t i = 0; i < ev.kill.size(); ++i)
+    rec_->event(make_event(t_kill >= 0 ? t_kill : t_event, s, "kill", ev.kill[i],
+                           trainer_.topology().replica_of_rank(ev.kill[i]), 0, 0,
+                           kill_details ? (*kill_details)[i] : ""));
+  for (int r : ev.revive)
+    rec_->event(make_event(t_event, s, "revive", r, trainer_.topology().replica_of_rank(r), 0, 0, ""));
+  // A whole node's failure or return (kill_node / revive_node): one event naming its ranks.
+  const auto node_event = [&](const std::string& host, const char* kind, double t) {
+    std::vector<int> on;
+    for (int r = 0; r < int(hosts_.size()); ++r)
+      if (hosts_[r] == host) on.push_back(r);
+    rec_->event(make_event(t, s, kind, -1, -1, 0, 0, fmt::format("{}: ranks {}", host, on)));
+  };
+  for (const auto& h : ev.nodes_killed) node_event(h, "node_down", t_kill >= 0 ? t_kill : t_event);
+  for (const auto& h : ev.nodes_revived) node_event(h, "node_up", t_event);
+  const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
+  rec_->event(make_event(t_event, s, "detect", -1, -1, 0, worst[0], ""));
+  rec_->event(make_event(t_event + worst[0], s, "reconfigure", -1, -1, 0, worst[1], change));
+  std::string what = fmt::format("step {:5d}: {}{}| detect {:.2f} ms | reconfigure {:.2f} ms | ", s,
+                                 ev.kill.empty() ? "" : fmt::format("kill {} ", ev.kill),
+                                 ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive), worst[0] * 1e3,
+                                 worst[1] * 1e3);
+  const double t_heal = t_event + worst[0] + worst[1];
+  if (rc.restored) {
+    rec_->event(make_event(t_heal, s, "restore", -1, -1, f.bytes, worst[2],
+                           fmt::format("from {} (optimizer step {})", rc.restored_from, rc.restored_step)));
+    const auto [lost_rows, lost_seconds] = rec_->roll_back_after(rc.restored_step);
+    rec_->event(make_event(t_event, s, "rollback", -1, -1, 0, 0,
+                           fmt::format("{} steps rolled back (optimizer step {} -> {})", lost_rows, f.steps_before,
+                                       rc.restored_step)));
+    rec_->event(make_event(t_event, s, "recompute", -1, -1, 0, lost_seconds, fmt::format("{} steps to redo", lost_rows)));
+    what += fmt::format("no live replica holds every shard: restored {} (optimizer step {}), {} steps rolled "
+                        "back ({:.2f} s to recompute) | {}",
+                        rc.restored_from, rc.restored_step, lost_rows, lost_seconds, change);
+  } else if (trainer_.configuration().active_replicas() == 0) {
+    what += fmt::format("every replica is down: idle until a revival | {}", change);
+  } else {
+    rec_->event(make_event(t_heal, s, "heal", -1, -1, f.bytes, worst[2], change));
+    what += fmt::format("heal {:.2f} MB in {:.2f} ms | {}", f.bytes / 1e6, worst[2] * 1e3, change);
+  }
+  fmt::print("{}\n", what);
+  std::fflush(stdout);
+}
+
+void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector<std::pair<int, int>>& repairs,
+                              const std::vector<int>& lost, const RepairTimes& t, const RecoveryFigures& f) {
+  const StepEvents& sched = schedule.at(s);
+  for (const auto& [r, back] : repairs)
+    fmt::print("step {:5d}: rank {} died unscheduled: back at step {} (the schedule's repair_steps {})\n", s, r, back,
+               schedule.repair_steps());
+  fmt::print("step {:5d}: rank(s) {} died | first survivor noticed {:.2f} ms into the step, the last {:.2f} ms "
+             "later | revoke + agree + shrink {:.2f} ms\n",
+             s, lost, (t.first - t.t_attempt) * 1e3, (t.last - t.first) * 1e3, t.repair * 1e3);
+  StepEvents ev;
+  ev.kill = lost;
+  for (const auto& h : sched.nodes_killed)  // a scheduled node failure among the losses
+    for (int r : lost)
+      if (hosts_[r] == h && (ev.nodes_killed.empty() || ev.nodes_killed.back() != h)) ev.nodes_killed.push_back(h);
+  std::vector<std::string> how;
+  for (int r : lost) {
+    rec_->incarnation_end(r, t.first);
+    auto it = std::find(sched.kill.begin(), sched.kill.end(), r);
+    how.push_back(it == sched.kill.end()
+                      ? std::string("unscheduled: the process died")
+                      : fmt::format("scheduled: SIGKILL at {}", kill_at_name(sched.kill_at[it - sched.kill.begin()])));
+  }
+  rec_->event(make_event(t.first, s, "lost", -1, -1, 0, t.first - t.t_attempt,
+                         "the interrupted attempt's time until the first survivor noticed"));
+  rec_->event(make_event(t.first, s, "notice", -1, -1, 0, t.last - t.first,
+                         "from the first survivor's notice to the last's"));
+  rec_->event(make_event(t.last, s, "repair", -1, -1, 0, t.repair, "revoke + agree + shrink"));
+  record_recovery(s, ev, f, t.last + t.repair, &how, t.first);
+}
+
+void RunRecord::record_revival(int s, double t_event, double seconds, const std::vector<int>& ranks,
+                               const std::vector<SpareHandover>& spares, bool takeover) {
+  // A spawn is one event; spares one each (rank: the rank taken), the handover's seconds on the first.
+  if (spares.empty())
+    rec_->event(make_event(t_event, s, "spawn", -1, -1, 0, seconds,
+                           fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks)));
+  std::vector<std::string> who;
+  for (const SpareHandover& h : spares) {
+    who.push_back(fmt::format("spare {} ({}) -> rank {}", h.spare, h.host, h.rank));
+    rec_->event(make_event(t_event, s, takeover ? "takeover" : "spare", h.rank, trainer_.topology().replica_of_rank(h.rank),
+                           0, who.size() == 1 ? seconds : 0, who.back()));
+  }
+  fmt::print("step {:5d}: {} in {:.2f} ms\n", s,
+             spares.empty() ? fmt::format("{} new process(es) spawned for rank(s) {}", ranks.size(), ranks)
+                            : fmt::format("{}", fmt::join(who, "; ")),
+             seconds * 1e3);
+  std::fflush(stdout);
+}
+
+void RunRecord::record_no_spare(int s, double t, const std::vector<int>& ranks) {
+  fmt::print("step {:5d}: no spare left for rank(s) {}, and this job spans hosts (no spawn): they stay dead\n", s,
+             ranks);
+  rec_->event(make_event(t, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks)));
+}
+
+void RunRecord::record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost) {
+  for (const SpareHandover& h : lost)
+    rec_->event(make_event(t, s, "spare_lost", -1, -1, 0, 0, fmt::format("spare {} ({}) died", h.spare, h.host)));
+}
+
+void RunRecord::record_spares(const std::vector<std::string>& processes) {
+  nlohmann::json spares = nlohmann::json::array();
+  for (std::size_t k = 0; k < processes.size(); ++k) {
+    const auto space = processes[k].find(' ');
+    spares.push_back({{"spare", k}, {"pid", std::stoll(processes[k].substr(0, space))},
+                      {"host", processes[k].substr(space + 1)}});
+  }
+  rec_->set_attr("spares", spares.dump());
+}
+
+void RunRecord::spares_left(int n) { rec_->set_summary("spares_left", static_cast<double>(n)); }
+
+void RunRecord::record_checkpoint(int s, double t, double seconds, const std::string& path) {
+  rec_->event(make_event(t, s, "checkpoint", -1, -1, 3.0 * parameter_count(o_.model) * sizeof(float), seconds, path));
+  if (!o_.quiet) fmt::print("checkpoint: {}\n", path);
+}
+
+void RunRecord::note_no_final_checkpoint() { fmt::print("no replica is active at the end: no final checkpoint\n"); }
+
+void RunRecord::write_summary(double wall) {
+  rec_->write_summary(wall, ranks_, peak_.gflops);
+  rec_->set_summary("recorder_seconds", recorder_seconds_);
+}
+
+void RunRecord::finish(double wall, const std::string& last_checkpoint, int skipped_steps, int code) {
+  if (!last_checkpoint.empty())
+    rec_->set_attr("final_checkpoint", std::filesystem::absolute(last_checkpoint).string());
+  write_summary(wall);
+  rec_->set_summary("skipped_steps", static_cast<double>(skipped_steps));
+  double tokens = 0, committed = 0, step_s = 0;
+  for (const auto& row : rec_->rows())
+    tokens += row.tokens, committed += row.tokens_committed, step_s += row.t_end - row.t_start;
+  // The loss of the last step that trained: a run can end with every replica down (idle rows have none).
+  std::string final_loss = "final loss - (no step trained)";
+  for (auto it = rec_->rows().rbegin(); it != rec_->rows().rend(); ++it)
+    if (it->samples > 0) {
+      final_loss = fmt::format("final loss {:.4f}", it->loss);
+      if (it->step != o_.steps) final_loss += fmt::format(" (step {}; idle since)", it->step);
+      break;
+    }
+  fmt::print("done: {} steps, {:.0f} tokens ({:.0f} committed) in {:.2f} s | throughput {:.0f} tok/s | goodput "
+             "{:.0f} tok/s | {}\nwrote {}{}\n",
+             o_.steps, tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall, final_loss,
+             o_.out, last_checkpoint.empty() ? "" : " and checkpoint " + last_checkpoint);
+  if (code != 0)
+    std::fprintf(stderr, "ntpbench: error: the last step's loss is not finite (%d step(s) skipped by --on-nonfinite "
+                 "skip); the training diverged\n", skipped_steps);
+  std::fflush(stdout);
+}
+
+void RunRecord::abandon(double wall, const std::string& why) {
+  write_summary(wall);
+  std::fprintf(stderr, "ntpbench: error: %s; the results file holds every step so far: %s\n", why.c_str(),
+               o_.out.c_str());
+}
+
+}  // namespace ntp

@@ -1,0 +1,126 @@
+#pragma once
+// What the recorder rank writes and prints: the results file (opened at the start, or reopened
+// when the recorder moves), each step's row and line, the events and lines of recoveries,
+// revivals and checkpoints, and the summary with the closing lines. TrainingRun
+// (training_run.hpp) makes every collective call and hands the figures here; only the recorder's
+// rank holds a RunRecord, so nothing here communicates.
+#include <array>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "recorder.hpp"
+#include "schedule.hpp"
+#include "trainer.hpp"
+
+namespace ntp {
+
+// The peak MFU is measured against, and where it came from.
+struct Peak {
+  double gflops = 0;
+  std::string source;
+};
+
+// A finished attempt at a step (its step committed everywhere, or it was an idle slot): what its
+// row is made of.
+struct Attempt {
+  int step = 0;
+  StepResult r;
+  double t_start = 0, t_end = 0, recovery_seconds = 0, idle_seconds = 0;
+};
+
+// A reconfiguration's figures over the group: the slowest rank's detect, reconfigure and heal
+// seconds, every rank's healed bytes, and the optimizer step before it.
+struct RecoveryFigures {
+  Recovery rc;
+  double worst[3] = {0, 0, 0};
+  double bytes = 0;
+  int steps_before = 0;
+};
+
+// A repair after real deaths, as the survivors measured it: the interrupted attempt's start, the
+// first and the last survivor's notice, and the slowest revoke + agree + shrink.
+struct RepairTimes {
+  double t_attempt = 0, first = 0, last = 0, repair = 0;
+};
+
+// A spare that takes a logical rank (or, with rank -1, one that died while waiting).
+struct SpareHandover {
+  int spare = 0;  // its number, in job order
+  std::string host;
+  int rank = -1;
+};
+
+class RunRecord {
+ public:
+  // The run's facts live in the TrainingRun, which outlives its record. ranks: the job's logical
+  // ranks, living or not.
+  RunRecord(const Options& o, const Trainer& trainer, const Peak& peak, const std::vector<std::string>& hosts,
+            int ranks)
+      : o_(o), trainer_(trainer), peak_(peak), hosts_(hosts), ranks_(ranks), phase_rows_(ranks), usage_rows_(ranks) {}
+
+  // A new results file with the run's attributes (threads: per rank).
+  void open(int threads);
+  // The recorder moves: logical rank `me` reopens the file its dead predecessor(s) `lost` wrote and
+  // appends from there (t: the run's clock).
+  void reopen(int me, const std::vector<int>& lost, double t);
+  // /ranks/incarnations: who[k] ("pid host") holds logical rank members[k]; only those in `only`
+  // are recorded unless it is empty (the start of the run, at time 0).
+  void incarnations(const std::vector<int>& members, const std::vector<std::string>& who,
+                    const std::vector<int>& only, double t);
+
+  // The seconds an idle slot lasts: as long as a healthy step would (the repair is measured in steps).
+  double idle_wait() const;
+  // The current step's per-rank parts of its row, filled from the metrics gather.
+  void clear_rank_rows();
+  void set_rank_row(int rank, const std::array<double, kPhaseCount>& phases, RankUsage usage);
+  // The step's row and its line. group_size: the ranks that took part (MFU's denominator).
+  void record_step(const Attempt& a, int group_size);
+  // The attempt's row, if a failure kept it out of the file. It holds the phases the recorder
+  // knows (its own when the metrics gather failed, none when it inherited the file).
+  void write_missing_row(const Attempt& a, int group_size);
+
+  // A reconfiguration's events and its line. kill_details and t_kill: the deaths' causes and time
+  // when they were real (signal mode).
+  void record_recovery(int s, const StepEvents& ev, const RecoveryFigures& f, double t_event,
+                       const std::vector<std::string>* kill_details = nullptr, double t_kill = -1);
+  // A repair after the deaths of `lost` in step s (repairs: the unscheduled deaths and the step
+  // each comes back at), then its reconfiguration.
+  void record_repair(int s, const Schedule& schedule, const std::vector<std::pair<int, int>>& repairs,
+                     const std::vector<int>& lost, const RepairTimes& t, const RecoveryFigures& f);
+  // Processes took `ranks` at step s in `seconds`: new ones spawned, or `spares` (takeover: in the
+  // repair of the deaths, else at the revival). Its events and line.
+  void record_revival(int s, double t_event, double seconds, const std::vector<int>& ranks,
+                      const std::vector<SpareHandover>& spares, bool takeover);
+  // On a job of several hosts, no spare was left for `ranks`: they stay dead.
+  void record_no_spare(int s, double t, const std::vector<int>& ranks);
+  void record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost);
+  // The root attribute `spares`: each spare's "pid host" at job start, in job order.
+  void record_spares(const std::vector<std::string>& processes);
+  void spares_left(int n);
+  void record_checkpoint(int s, double t, double seconds, const std::string& path);
+  void note_no_final_checkpoint();
+
+  // /summary and the closing lines (code: the run's verdict, 4 for a non-finite last step).
+  void finish(double wall, const std::string& last_checkpoint, int skipped_steps, int code);
+  // After a run that could not go on (why): /summary over the rows so far, and the error line.
+  void abandon(double wall, const std::string& why);
+
+ private:
+  void write_summary(double wall);
+
+  const Options& o_;
+  const Trainer& trainer_;
+  const Peak& peak_;
+  const std::vector<std::string>& hosts_;  // each logical rank's host at job start
+  const int ranks_;
+  std::unique_ptr<Recorder> rec_;
+  std::vector<std::array<double, kPhaseCount>> phase_rows_;
+  std::vector<RankUsage> usage_rows_;  // every rank's process after the step (-1: none)
+  std::vector<double> healthy_step_seconds_;
+  double last_step_seconds_ = 0;
+  double recorder_seconds_ = 0;  // time appending and flushing rows
+};
+
+}  // namespace ntp
