@@ -55,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo clean help bench bench-bestblas
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo clean help bench bench-bestblas bench-spares
 
 all: build
 
@@ -68,6 +68,7 @@ help:
 	@echo "make test-system  fence-mode tests against Debian's Open MPI 4.1 (no ULFM), in build-system/"
 	@echo "make test-cluster the multi-node tests alone: a 3-node Slurm cluster in network namespaces (root)"
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
+	@echo "make bench-spares  a spare takeover against a spawned revival in one run, and heal bandwidth against memcpy"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
 	@echo "make soak    $(RANKS) ranks of tiny under random failures (jobs/schedules/soak.yaml), every policy, SOAK_STEPS=$(SOAK_STEPS) steps: finishes, replays, memory and fds flat (under real kills: beyond what Open MPI keeps per replaced process, measured first by bench/ulfm_respawn_cost)"
 	@echo "make gpu-bundle  build-gpu/ + gpu-bundle/: the GPU check's binaries (CUDA arch 90) and every library they need (jobs/gpu/README.md)"
@@ -220,6 +221,17 @@ bench: build
 	$(MPIRUN) -np 8 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_resilience $(call BENCH_JSON,$(BENCH_OUT)/resilience.json)
 	$(MPIRUN) -np 8 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_pipeline $(call BENCH_JSON,$(BENCH_OUT)/pipeline.json)
 	python3 bench/report.py $(BENCH_OUT)
+
+# A spare takeover against a spawned revival, in one run (bench/README.md, Spares): `small`, 8
+# trainers + 3 spares, six deaths (jobs/schedules/spares-vs-spawn.yaml): the spares take the first
+# three, the last three are revived by spawn; then the handovers, heals and heal bandwidth against
+# the memory-copy bandwidth measured at the start of the same run.
+bench-spares: build py-deps
+	@mkdir -p $(BENCH_OUT)
+	$(MPIRUN) -np 11 -x OMP_NUM_THREADS=1 $(NTPBENCH) --preset small --tp 4 --steps 26 --threads 1 --quiet \
+	  --kill-mode signal --spares-per-host 3 --spare-use takeover --schedule jobs/schedules/spares-vs-spawn.yaml \
+	  --overwrite --out $(BENCH_OUT)/spares-vs-spawn.h5
+	$(PY) -m analysis revivals $(BENCH_OUT)/spares-vs-spawn.h5
 
 bench-bestblas: build
 	@mkdir -p $(BENCH_OUT)/bestblas

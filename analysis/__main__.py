@@ -1,4 +1,4 @@
-"""Command line: python3 -m analysis {report,plot,simulate,watch,soak} ..."""
+"""Command line: python3 -m analysis {report,plot,simulate,watch,soak,revivals} ..."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python3 -m analysis",
         description="Reports, plots and the cluster-scale goodput simulator for ntpbench results "
                     "(HDF5 schema 1, see results/README.md).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch,soak}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch,soak,revivals}")
 
     r = sub.add_parser("report", help="table of runs; checks /summary against the raw rows",
                        description="Print one row per run: policy, TP x DP, failures, throughput, goodput, "
@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="what the MPI library keeps per replaced process (build/bench/ulfm_respawn_cost --json, "
                          "run at the same rank count): --kill-mode signal runs are then judged on their growth "
                          "beyond that share, printed beside the raw growth")
+
+    rv = sub.add_parser("revivals", help="what each revival cost: spawned processes against spares",
+                        description="Per revival (spawned processes, or spares at a revival or in a takeover): "
+                                    "the handover's milliseconds, then its heal's milliseconds, bytes and "
+                                    "bandwidth against the memory-copy bandwidth measured at the start of the "
+                                    "same run; medians per kind. The rule is in analysis/revivals.py.")
+    rv.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
 
     s = sub.add_parser("simulate", help="cluster-scale goodput simulator (the NTP paper's Fig. 6/7)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -133,6 +140,9 @@ def main(argv=None) -> int:
     if args.command == "report":
         from . import report
         return report.main(args)
+    if args.command == "revivals":
+        from . import revivals
+        return revivals.main(args)
     if args.command == "watch":
         from . import watch
         return watch.main(args)

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -154,6 +155,20 @@ SgemmProbe probe_sgemm(int threads, double seconds) {
     p.threads_best = p.per_core;
   p.gflops = std::max(threads * p.per_core, p.threads_best);
   return p;
+}
+
+double measure_memcpy_gbps() {
+  constexpr std::size_t kBytes = std::size_t(64) << 20;
+  std::vector<char> from(kBytes, 1), to(kBytes, 0);  // both touched: no first-touch page faults timed
+  double best = 0;
+  for (int k = 0; k < 5; ++k) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(to.data(), from.data(), kBytes);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, kBytes / s / 1e9);
+    from[k] = to[kBytes - 1 - k];  // the copies are used: not optimised away
+  }
+  return best;
 }
 
 double measure_sgemm_gflops() {

@@ -23,6 +23,9 @@ struct SgemmProbe {
 SgemmProbe probe_sgemm(int threads, double seconds);
 // probe_sgemm at the BLAS's current thread count: this rank alone, now.
 double measure_sgemm_gflops();
+// This process's memory-copy bandwidth now, GB/s (bytes copied per second; the best of a few
+// memcpy calls of 64 MiB, beyond the caches): the physical limit of moving a shard on one host.
+double measure_memcpy_gbps();
 
 // The machine's SGEMM peak per rank, for MFU. Collective over `world` (all ranks at start-up).
 // Every rank probes at once; each node takes the max over its ranks and over the best earlier

@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "machine.hpp"
+
 namespace ntp {
 
 namespace {
@@ -47,6 +49,8 @@ void RunRecord::open(int threads) {
   rec_->set_attr("data", trainer_.data().describe());
   rec_->set_attr("tokens_per_sample", static_cast<long long>(o_.seq));
   rec_->set_attr("hosts", nlohmann::json(hosts_).dump());
+  // What a heal's bandwidth can be held against (analysis revivals): measured on this host, now.
+  rec_->set_attr("memcpy_gbps", measure_memcpy_gbps());
 }
 
 void RunRecord::reopen(int me, const std::vector<int>& lost, double t) {

@@ -110,6 +110,14 @@ def test_with_no_spare_left_a_revival_spawns(tmp_path):
     assert held[1][1] in spares and held[6][1] not in spares, (held, spares)
     assert summary(out)["spares_left"] == 0
     replay(out)
+    # analysis revivals pairs each handover with the heal that follows it, against memcpy.
+    p = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "revivals", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [line.split() for line in p.stdout.splitlines() if line.split()[:1] in (["3"], ["5"])]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("3", "spare", "1"), ("5", "spawn", "-1")], p.stdout
+    assert all(float(r[4]) > 0 and float(r[6]) > 0 for r in rows), p.stdout  # a heal and its bandwidth each
+    assert "spare       1 revival(s)" in p.stdout and "spawn       1 revival(s)" in p.stdout, p.stdout
 
 
 @pytest.mark.parametrize("flags, message", [
