@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -237,14 +238,21 @@ class MpiComm final : public Comm {
       wait_politely(req);
       return s;
     }
+    // Every live member gets it even when one has died: the failure is raised after the last send.
     long long n = static_cast<long long>(message.size());
+    std::optional<PeerFailure> failed;
     for (int r = 0; r < size_; ++r) {
       if (r == root) continue;
-      check(MPI_Isend(&n, 1, MPI_LONG_LONG, r, kTag, comm_, &req), "MPI_Isend");
-      wait_politely(req);
-      check(MPI_Isend(message.data(), static_cast<int>(n), MPI_CHAR, r, kTag, comm_, &req), "MPI_Isend");
-      wait_politely(req);
+      try {
+        check(MPI_Isend(&n, 1, MPI_LONG_LONG, r, kTag, comm_, &req), "MPI_Isend");
+        wait_politely(req);
+        check(MPI_Isend(message.data(), static_cast<int>(n), MPI_CHAR, r, kTag, comm_, &req), "MPI_Isend");
+        wait_politely(req);
+      } catch (const PeerFailure& e) {
+        if (!failed) failed = e;
+      }
     }
+    if (failed) throw *failed;
     return message;
   }
 

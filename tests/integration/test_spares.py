@@ -4,12 +4,15 @@ start, never as a new process while a spare is left: every pid in /ranks/incarna
 job's first 12. Every run still computes what one rank computes on its committed steps (--replay
 AGREES)."""
 import json
+import os
+import signal
 import subprocess
+import time
 
 import h5py
 import pytest
 
-from conftest import ROOT, events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, steps
+from conftest import ENV, MPIRUN, NTPBENCH, ROOT, events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, steps
 
 pytestmark = needs_ulfm
 
@@ -39,9 +42,11 @@ def summary(path):
 
 
 def check_taken_by_spare(path, rank):
-    """`rank`'s second process is one of the job's spares; no other rank changed process."""
+    """`rank`'s second process is one of the job's spares and its first is gone; no other rank changed
+    process."""
     spares, held = processes(path)
     assert len(held[rank]) == 2 and held[rank][1] in spares, (held, spares)
+    assert not os.path.exists(f"/proc/{held[rank][0]}")
     assert all(len(pids) == 1 for r, pids in held.items() if r != rank), held
     assert "spawn" not in [k for _, k, _ in events(path)]
 
@@ -83,6 +88,40 @@ def test_an_outside_kill_is_taken_over(tmp_path):
     assert "takeover" in [k for _, k, _ in events(out)]
     check_taken_by_spare(out, 6)
     assert replicas(out).tolist()[-1] == [4, 4]
+    replay(out)
+
+
+def test_a_dead_spare_leaves_the_pool(tmp_path):
+    """Spare 0 is killed from outside while it waits; at the next repair (rank 5's death) the pool
+    records it lost, and the rank goes to spare 1."""
+    out = tmp_path / "spare-lost.h5"
+    text = "events:\n  - {step: 12, kill: [5], at: forward}\n"
+    cmd = [*MPIRUN, "-np", "12", str(NTPBENCH), *map(str, JOB), "--spare-use", "takeover", "--steps", 16,
+           "--timing", "paced", "--device-gflops", "0.2", "--schedule", str(schedule(tmp_path, text)), "--out",
+           str(out)]
+    proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        victim, deadline = None, time.time() + 60
+        while victim is None and time.time() < deadline:
+            time.sleep(0.3)
+            try:
+                with h5py.File(out, "r", locking=False) as f:
+                    if len(f["steps"]) >= 3 and "spares" in f.attrs:
+                        victim = json.loads(f.attrs["spares"])[0]["pid"]
+            except (OSError, KeyError):
+                pass
+        assert victim is not None, "the run did not get going"
+        os.kill(victim, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "done: 16 steps" in output, output
+    kinds = [(s, k) for s, k, _ in events(out)]
+    assert (12, "spare_lost") in kinds and (12, "takeover") in kinds, kinds
+    spares, held = processes(out)
+    assert held[5][1] == spares[1], (held, spares)
+    assert summary(out)["spares_left"] == 2
     replay(out)
 
 
