@@ -4,7 +4,8 @@ Definitions (all from /steps, /replicas/state and /events; `wall_seconds` alone 
 /summary because only the recorder saw the end of the run — for a file cut short, which has no
 /summary, the end of the last step stands in for it, so goodput and ETTR of such a file are upper bounds):
 
-    steps                      rows in /steps
+    steps                      rows in /steps (the run's slots)
+    training_steps             rows with tokens_committed > 0 (committed optimizer steps)
     tokens, tokens_committed   sums of the /steps columns
     step_seconds               sum(t_end - t_start)
     productive_seconds         sum(t_end - t_start) over committed steps (tokens_committed > 0)
@@ -42,7 +43,7 @@ import numpy as np
 from .runfile import HEALTHY, LATER_SUMMARY_KEYS, SUMMARY_KEYS, Run
 
 # Figures that are counts: compared exactly.
-COUNT_KEYS = ("steps", "tokens", "tokens_committed", "failures", "revivals", "paced_overrun_steps", "spares_used")
+COUNT_KEYS = ("steps", "training_steps", "tokens", "tokens_committed", "failures", "revivals", "paced_overrun_steps", "spares_used")
 
 
 def _div(a: float, b: float) -> float:
@@ -56,6 +57,7 @@ def recompute(run: Run) -> dict:
     committed = s["tokens_committed"].to_numpy(dtype=np.int64)
     out: dict = {}
     out["steps"] = int(len(s))
+    out["training_steps"] = int((committed > 0).sum())
     out["tokens"] = int(tokens.sum())
     out["tokens_committed"] = int(committed.sum())
     if run.summary is not None and "wall_seconds" in run.summary:

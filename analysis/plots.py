@@ -23,7 +23,7 @@ from . import metrics  # noqa: E402
 from .runfile import Run, load_run  # noqa: E402
 
 PHASE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "tp_comm": "#C44E52", "dp_comm": "#8172B2",
-                "pp_comm": "#937860", "reshard": "#CCB974", "optimizer": "#64B5CD", "recovery": "#E17C05", "idle": "#BBBBBB",
+                "pp_comm": "#937860", "reshard": "#CCB974", "optimizer": "#64B5CD", "recovery": "#E17C05", "revival": "#B07AA1", "idle": "#BBBBBB",
                 "other": "#777777"}
 
 

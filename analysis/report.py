@@ -20,7 +20,8 @@ COLUMNS = [
     ("file", "file", "{}"),
     ("policy", "policy", "{}"),
     ("layout", "TPxPPxDP", "{}"),
-    ("steps", "steps", "{:d}"),
+    ("steps", "slots", "{:d}"),
+    ("training_steps", "trained", "{:d}"),
     ("failures", "fail", "{:d}"),
     ("throughput_tokens_per_s", "thru tok/s", "{:.1f}"),
     ("goodput_tokens_per_s", "good tok/s", "{:.1f}"),
@@ -36,6 +37,7 @@ COLUMNS = [
     ("recovery_heal_seconds", "heal s", "{:.3f}"),
     ("recovery_recompute_seconds", "recomp s", "{:.3f}"),
     ("heal_bytes", "heal bytes", "{:.3g}"),
+    ("paced_overrun_steps", "overrun", "{:d}"),
     ("status", "status", "{}"),
 ]
 

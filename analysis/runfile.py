@@ -34,7 +34,7 @@ REPLICA_DATASETS = ("tp_degree", "batch", "state")
 EVENT_FIELDS = ("time", "step", "kind", "rank", "replica", "bytes", "duration", "detail")
 EVENT_DTYPES = {"time": "float64", "step": "int64", "kind": "object", "rank": "int32",
                 "replica": "int32", "bytes": "float64", "duration": "float64", "detail": "object"}
-PHASES = ("forward", "backward", "tp_comm", "dp_comm", "pp_comm", "reshard", "optimizer", "recovery",
+PHASES = ("forward", "backward", "tp_comm", "dp_comm", "pp_comm", "reshard", "optimizer", "recovery", "revival",
           "idle", "other")
 SUMMARY_KEYS = (
     "steps", "tokens", "tokens_committed", "wall_seconds", "step_seconds", "productive_seconds",
@@ -43,9 +43,10 @@ SUMMARY_KEYS = (
     "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
     "recovery_recompute_seconds", "recovery_lost_seconds", "recovery_repair_seconds", "heal_bytes",
     "paced_overrun_steps", "final_loss", "recovery_spawn_seconds", "recovery_spare_seconds", "spares_used",
+    "training_steps",
 )
 # Figures files written before them lack: not recomputed against those files' /summary.
-LATER_SUMMARY_KEYS = ("recovery_spawn_seconds", "recovery_spare_seconds", "spares_used")
+LATER_SUMMARY_KEYS = ("recovery_spawn_seconds", "recovery_spare_seconds", "spares_used", "training_steps")
 # Replica states in /replicas/state.
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
 

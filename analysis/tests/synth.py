@@ -198,7 +198,7 @@ def _summary(st, state, ev, wall, ranks):
         return float(ev["duration"][kinds == kind].sum()) if len(ev) else 0.0
 
     return {
-        "steps": len(st), "tokens": int(st["tokens"].sum()), "tokens_committed": int(st["tokens_committed"].sum()),
+        "steps": len(st), "training_steps": int((st["tokens_committed"] > 0).sum()), "tokens": int(st["tokens"].sum()), "tokens_committed": int(st["tokens_committed"].sum()),
         "wall_seconds": wall, "step_seconds": float(dt.sum()),
         "productive_seconds": float(dt[st["tokens_committed"] > 0].sum()),
         "recovery_seconds": float(st["recovery_seconds"].sum()), "idle_seconds": float(st["idle_seconds"].sum()),

@@ -15,7 +15,7 @@ import pytest
 
 from analysis import metrics
 from analysis.__main__ import main as cli
-from analysis.runfile import EVENT_FIELDS, REPLICA_DATASETS, STEP_FIELDS, SUMMARY_KEYS, load_run
+from analysis.runfile import EVENT_FIELDS, PHASES, REPLICA_DATASETS, STEP_FIELDS, SUMMARY_KEYS, load_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("NTPBENCH_BUILD", os.path.join(REPO, "build"))
@@ -63,7 +63,9 @@ def test_real_run_schema_v1(real_run):
         assert [n for n in STEP_FIELDS if n not in names] == [], "missing /steps fields"
         for d in REPLICA_DATASETS:
             assert f[f"replicas/{d}"].shape == (STEPS, 2), d
-        assert f["ranks/phase_times"].shape == (STEPS, 4, 10)
+        assert f["ranks/phase_times"].shape == (STEPS, 4, len(PHASES))
+        names = f["ranks/phase_times"].attrs["phases"]
+        assert (names.decode() if isinstance(names, bytes) else str(names)).split(",") == list(PHASES)
         if "events" in f:
             assert [n for n in EVENT_FIELDS if n not in f["events"].dtype.names] == []
         assert [k for k in SUMMARY_KEYS if k not in f["summary"].attrs] == [], "missing /summary attributes"

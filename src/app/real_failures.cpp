@@ -137,11 +137,15 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
       if (ranks.empty()) return 0;
     }
   }
-  const JoinMessage m = join_message(s, ranks);
-  adopt(assign.empty() ? spawn_replacements(m) : hand_to_spares(m, assign));
-  align_clock(false);
-  record_processes(ranks);
-  const double spawn_seconds = now() - t_event;
+  double spawn_seconds = 0;
+  {
+    PhaseScope phase(trainer_->clock(), Phase::Revival);
+    const JoinMessage m = join_message(s, ranks);
+    adopt(assign.empty() ? spawn_replacements(m) : hand_to_spares(m, assign));
+    align_clock(false);
+    record_processes(ranks);
+    spawn_seconds = now() - t_event;
+  }
   if (root()) {
     std::vector<SpareHandover> handover;
     for (const auto& [key, rank] : assign)
@@ -221,6 +225,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
   bool voted = dynamic_cast<const CommitRefused*>(&e) != nullptr;
   for (;;) {
     progress(s, "the repair after a failure: revoke, agree, shrink, reconfigure");
+    PhaseScope phase(trainer_->clock(), Phase::Recovery);  // the repair's calls too, not only the reconfiguration
     try {
       const double t0 = now();
       trainer_->revoke_all();

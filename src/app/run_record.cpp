@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "interrupt.hpp"
 #include "machine.hpp"
 
 namespace ntp {
@@ -51,6 +52,7 @@ void RunRecord::open(int threads) {
   rec_->set_attr("hosts", nlohmann::json(hosts_).dump());
   // What a heal's bandwidth can be held against (analysis revivals): measured on this host, now.
   rec_->set_attr("memcpy_gbps", measure_memcpy_gbps());
+  report_interrupts(o_.out);
 }
 
 void RunRecord::reopen(int me, const std::vector<int>& lost, double t) {
@@ -60,6 +62,9 @@ void RunRecord::reopen(int me, const std::vector<int>& lost, double t) {
     if (row.samples > 0 && row.live_ranks == ranks_ && row.active_replicas == trainer_.topology().replicas)
       healthy_step_seconds_.push_back(row.t_end - row.t_start);
   if (!rec_->rows().empty()) last_step_seconds_ = rec_->rows().back().t_end - rec_->rows().back().t_start;
+  report_interrupts(o_.out);
+  note_progress(rec_->rows().empty() ? 0 : static_cast<int>(rec_->rows().back().step),
+                static_cast<int>(rec_->rows().size()));
   fmt::print("logical rank {} takes over the results file from rank(s) {} ({} rows so far)\n", me, lost,
              rec_->rows().size());
   rec_->event(make_event(t, static_cast<std::int64_t>(rec_->rows().size()) + 1, "recorder", me,
@@ -132,6 +137,7 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
                            fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
                                        o_.on_nonfinite == "skip" ? "skipped" : "the run stops")));
   rec_->append(row, rr, phase_rows_, usage_rows_);
+  note_progress(s, static_cast<int>(rec_->rows().size()));
   recorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
   if (r.samples > 0) {
     last_step_seconds_ = secs;
@@ -177,8 +183,13 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
   rec_->event(make_event(t_event, s, "detect", -1, -1, 0, worst[0], ""));
   rec_->event(make_event(t_event + worst[0], s, "reconfigure", -1, -1, 0, worst[1], change));
-  std::string what = fmt::format("step {:5d}: {}{}| detect {:.2f} ms | reconfigure {:.2f} ms | ", s,
-                                 ev.kill.empty() ? "" : fmt::format("kill {} ", ev.kill),
+  // Deaths no event scheduled (kill -9 from outside, a crash) are named as such.
+  std::vector<int> scheduled, unscheduled;
+  for (std::size_t i = 0; i < ev.kill.size(); ++i)
+    (kill_details && (*kill_details)[i].rfind("unscheduled", 0) == 0 ? unscheduled : scheduled).push_back(ev.kill[i]);
+  std::string killed = scheduled.empty() ? "" : fmt::format("kill {} ", scheduled);
+  if (!unscheduled.empty()) killed += fmt::format("unscheduled death of rank(s) {} ", unscheduled);
+  std::string what = fmt::format("step {:5d}: {}{}| detect {:.2f} ms | reconfigure {:.2f} ms | ", s, killed,
                                  ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive), worst[0] * 1e3,
                                  worst[1] * 1e3);
   const double t_heal = t_event + worst[0] + worst[1];
@@ -285,6 +296,7 @@ void RunRecord::note_no_final_checkpoint() { fmt::print("no replica is active at
 void RunRecord::write_summary(double wall) {
   rec_->write_summary(wall, ranks_, peak_.gflops);
   rec_->set_summary("recorder_seconds", recorder_seconds_);
+  if (o_.pacing.enabled) rec_->set_summary("paced_overrun_worst_ratio", worst_overrun_);
 }
 
 void RunRecord::finish(double wall, const std::string& last_checkpoint, int skipped_steps, int code) {
@@ -303,15 +315,53 @@ void RunRecord::finish(double wall, const std::string& last_checkpoint, int skip
       if (it->step != o_.steps) final_loss += fmt::format(" (step {}; idle since)", it->step);
       break;
     }
-  fmt::print("done: {} steps, {:.0f} tokens ({:.0f} committed) in {:.2f} s | throughput {:.0f} tok/s | goodput "
+  fmt::print("done: {}, {:.0f} tokens ({:.0f} committed) in {:.2f} s | throughput {:.0f} tok/s | goodput "
              "{:.0f} tok/s | {}\nwrote {}{}\n",
-             o_.steps, tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall, final_loss,
-             o_.out, last_checkpoint.empty() ? "" : " and checkpoint " + last_checkpoint);
+             slots_line(skipped_steps), tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall,
+             final_loss, o_.out, last_checkpoint.empty() ? "" : " and checkpoint " + last_checkpoint);
+  if (!overrun_line().empty()) fmt::print("{}\n", overrun_line());
   if (code != 0)
     std::fprintf(stderr, "ntpbench: error: the last step's loss is not finite (%d step(s) skipped by --on-nonfinite "
                  "skip); the training diverged\n", skipped_steps);
   std::fflush(stdout);
 }
+
+// "30 steps" when every slot of the run committed a training step; else "30 slots, 11 training
+// steps committed (19 idle or rolled back)": --steps counts slots.
+std::string RunRecord::slots_line(int skipped_steps) const {
+  int committed = 0, idle = 0;
+  for (const auto& row : rec_->rows()) committed += row.tokens_committed > 0, idle += row.samples == 0;
+  const int slots = static_cast<int>(rec_->rows().size());
+  if (committed == slots) return fmt::format("{} steps", slots);
+  const int undone = slots - committed - idle - skipped_steps;
+  std::vector<std::string> why;
+  if (idle) why.push_back(fmt::format("{} idle", idle));
+  if (undone > 0) why.push_back(fmt::format("{} rolled back", undone));
+  if (skipped_steps) why.push_back(fmt::format("{} skipped as non-finite", skipped_steps));
+  return fmt::format("{} slots, {} training steps committed ({})", slots, committed, fmt::join(why, ", "));
+}
+
+// Paced timing whose real compute ran over the emulated device's: how often, and a device rate
+// that would have kept up (the worst ratio of real to emulated compute time, with 10% to spare).
+std::string RunRecord::overrun_line() const {
+  int overruns = 0;
+  for (const auto& row : rec_->rows()) overruns += row.paced_overrun;
+  if (!o_.pacing.enabled || overruns == 0) return "";
+  return fmt::format("paced timing: real compute outran the emulated device in {} of {} steps (up to {:.2f}x its "
+                     "emulated time): those steps' times are the machine's, not the device's; --device-gflops {:.3g} "
+                     "would keep up",
+                     overruns, rec_->rows().size(), worst_overrun_, o_.pacing.device_gflops / (1.1 * worst_overrun_));
+}
+
+void RunRecord::note_shared_cores(double ranks_per_core) {
+  const std::string what = fmt::format("{:.2g} ranks per core on the most crowded host", ranks_per_core);
+  rec_->set_attr("shared_cores", what);
+  fmt::print("note: --timing wall with {}: step times, tokens/s and MFU measure the ranks' contention for cores, "
+             "not the ranks; --timing paced emulates a device per rank (README, Timing)\n",
+             what);
+}
+
+void RunRecord::note_overrun(double ratio) { worst_overrun_ = std::max(worst_overrun_, ratio); }
 
 void RunRecord::abandon(double wall, const std::string& why) {
   write_summary(wall);

@@ -102,6 +102,10 @@ class RunRecord {
   void record_checkpoint(int s, double t, double seconds, const std::string& path);
   void note_no_final_checkpoint();
 
+  // Ranks share cores under --timing wall: said once, and recorded (root attribute shared_cores).
+  void note_shared_cores(double ranks_per_core);
+  // The worst ratio of real to emulated compute time a rank reported (paced timing).
+  void note_overrun(double ratio);
   // /summary and the closing lines (code: the run's verdict, 4 for a non-finite last step).
   void finish(double wall, const std::string& last_checkpoint, int skipped_steps, int code);
   // After a run that could not go on (why): /summary over the rows so far, and the error line.
@@ -109,6 +113,8 @@ class RunRecord {
 
  private:
   void write_summary(double wall);
+  std::string slots_line(int skipped_steps) const;
+  std::string overrun_line() const;
 
   const Options& o_;
   const Trainer& trainer_;
@@ -121,6 +127,7 @@ class RunRecord {
   std::vector<double> healthy_step_seconds_;
   double last_step_seconds_ = 0;
   double recorder_seconds_ = 0;  // time appending and flushing rows
+  double worst_overrun_ = 0;     // paced: real / emulated compute time, the worst any rank reported
 };
 
 }  // namespace ntp

@@ -39,7 +39,7 @@ std::string checkpoint_path(const Options& o, int step) {
 // descriptors included (a soak checks they stay flat).
 struct Report {
   std::array<double, kPhaseCount> phases{};
-  double trained = 0, loss = 0, grad_norm = 0, overruns = 0;
+  double trained = 0, loss = 0, grad_norm = 0, overruns = 0, overrun_ratio = 0;
   double rss_bytes = -1, open_fds = -1;
 };
 
@@ -118,7 +118,16 @@ void TrainingRun::open_results() {
     record_->open(threads_);
   }
   if (root() && spares_) record_->record_spares(spare_processes_);  // spares are numbered in job order
+  note_shared_cores();
   record_processes({});
+}
+
+// Under --timing wall, ranks that share cores measure their contention, not themselves: the most
+// crowded host's ranks per core, said once and recorded (collective over the group).
+void TrainingRun::note_shared_cores() {
+  double per_core = double(group_->split_node()->size()) / std::max(1u, std::thread::hardware_concurrency());
+  group_->allreduce_max(&per_core, 1);
+  if (root() && o_.timing == "wall" && per_core > 1) record_->note_shared_cores(per_core);
 }
 
 // /ranks/incarnations: which process holds each logical rank (the group's members not in
@@ -269,6 +278,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   const double t_end = now();
   for (int k = 0; k < kPhaseCount; ++k) mine.phases[k] = r.phase_seconds[k] + waited[k];
   mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
+  mine.overrun_ratio = r.overrun_ratio;
   const ProcessUsage usage = process_usage();
   mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
   const auto usage_of = [](const Report& rep) {
@@ -286,6 +296,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
     record_->set_rank_row(members_[k], rep->phases, usage_of(*rep));
     if (rep->trained && !agg.trained) agg = *rep;
     overrun = overrun || rep->overruns > 0;
+    record_->note_overrun(rep->overrun_ratio);
   }
   StepResult row = r;
   row.loss = agg.loss, row.grad_norm = agg.grad_norm, row.overruns = overrun ? 1 : 0;

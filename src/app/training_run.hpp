@@ -127,6 +127,7 @@ class TrainingRun {
   void adopt(std::unique_ptr<Comm> group);
   void align_clock(bool joining);
   void record_processes(const std::vector<int>& only);
+  void note_shared_cores();
   void take_over_recorder(const std::vector<int>& lost);
   void maybe_checkpoint(int s, bool trained);
 

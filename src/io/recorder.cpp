@@ -285,14 +285,14 @@ std::pair<int, double> Recorder::roll_back_after(std::int64_t optimizer_step) {
 
 void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops) {
   double tokens = 0, committed = 0, step_s = 0, productive = 0, recovery = 0, idle = 0, flops = 0;
-  int overruns = 0;
+  int overruns = 0, training_steps = 0;
   std::vector<double> healthy;
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     const auto& r = rows_[i];
     const double dt = r.t_end - r.t_start;
     tokens += r.tokens, committed += r.tokens_committed, step_s += dt, recovery += r.recovery_seconds;
     idle += r.idle_seconds, flops += r.flops, overruns += r.paced_overrun;
-    if (r.tokens_committed > 0) productive += dt;
+    if (r.tokens_committed > 0) productive += dt, ++training_steps;
     const auto& st = replica_rows_[i].state;
     if (r.samples > 0 && dt > 0 && std::all_of(st.begin(), st.end(), [](signed char s) { return s == 0; }))
       healthy.push_back(r.tokens / dt);
@@ -322,6 +322,7 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops)
   h5::ensure_groups(f, "summary");
   auto put = [&](const char* k, double v) { h5::set_attr(f, "summary", k, v); };
   put("steps", double(rows_.size()));
+  put("training_steps", double(training_steps));
   put("tokens", tokens);
   put("tokens_committed", committed);
   put("wall_seconds", wall_seconds);

@@ -40,6 +40,7 @@ void Pacer::pace_compute(double real, double flops) {
   const double target = compute_seconds(flops);
   // A little slack for timer granularity: 2% or 50 microseconds.
   if (real > target * 1.02 + 50e-6) ++overruns_;
+  if (target > 0) worst_ratio_ = std::max(worst_ratio_, real / target);
   sleep_rest(real, target);
 }
 

@@ -60,6 +60,13 @@ class Pacer {
     overruns_ = 0;
     return n;
   }
+  // The worst ratio of real to emulated time of a compute phase since the last call (a device rate
+  // divided by it would have kept up).
+  double take_worst_ratio() {
+    const double r = worst_ratio_;
+    worst_ratio_ = 0;
+    return r;
+  }
 
  private:
   void sleep_rest(double real, double target);
@@ -68,6 +75,7 @@ class Pacer {
   std::function<void()> background_;
   double speed_ = 1.0;
   int overruns_ = 0;
+  double worst_ratio_ = 0;
   Link route_[2] = {Link::Tp, Link::Dp};
 };
 

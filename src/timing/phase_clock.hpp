@@ -8,11 +8,12 @@
 namespace ntp {
 
 // PpComm: pipeline sends and receives between stages, including the wait for a neighbour (the
-// pipeline bubble shows up there).
-enum class Phase { Forward, Backward, TpComm, DpComm, PpComm, Reshard, Optimizer, Recovery, Idle, Other, Count };
+// pipeline bubble shows up there). Recovery: a repair and reconfiguration after a failure;
+// Revival: bringing processes back (spawned, or spares handed their ranks) before their heal.
+enum class Phase { Forward, Backward, TpComm, DpComm, PpComm, Reshard, Optimizer, Recovery, Revival, Idle, Other, Count };
 constexpr int kPhaseCount = static_cast<int>(Phase::Count);
 constexpr std::array<std::string_view, kPhaseCount> kPhaseNames = {
-    "forward", "backward", "tp_comm", "dp_comm", "pp_comm", "reshard", "optimizer", "recovery", "idle", "other"};
+    "forward", "backward", "tp_comm", "dp_comm", "pp_comm", "reshard", "optimizer", "recovery", "revival", "idle", "other"};
 
 class PhaseClock {
  public:

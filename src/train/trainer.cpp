@@ -188,6 +188,7 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     // AdamW: about a dozen FLOPs per parameter.
     pacer_.pace_compute(since(t0), 12.0 * model_->param_count());
     r.overruns = pacer_.take_overruns();
+    r.overrun_ratio = pacer_.take_worst_ratio();
   }
   if (r.samples > 0) {
     cursor_ += r.samples;

@@ -34,6 +34,7 @@ struct StepResult {
   long long sample_begin = 0;
   long long samples = 0;     // sequences in the global batch
   int overruns = 0;          // paced compute phases that ran over
+  double overrun_ratio = 0;  // paced: the worst real / emulated time of its compute phases
   bool nonfinite = false;    // the loss or gradient norm was not finite: no parameter changed
   // This rank's time per phase since the previous step ended (so a step's recovery and idle
   // waiting before it are included).

@@ -28,7 +28,8 @@ SUMMARY = ["steps", "tokens", "tokens_committed", "wall_seconds", "step_seconds"
            "recovery_seconds", "idle_seconds", "throughput_tokens_per_s", "goodput_tokens_per_s", "ettr",
            "healthy_throughput_tokens_per_s", "goodput_ratio", "mfu", "failures", "revivals",
            "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
-           "recovery_recompute_seconds", "recovery_lost_seconds", "recovery_repair_seconds", "heal_bytes", "paced_overrun_steps", "final_loss", "recorder_seconds"]
+           "recovery_recompute_seconds", "recovery_lost_seconds", "recovery_repair_seconds", "heal_bytes", "paced_overrun_steps", "final_loss", "recorder_seconds",
+           "training_steps", "recovery_spawn_seconds", "recovery_spare_seconds", "spares_used"]
 
 
 def test_schema(tmp_path):
@@ -59,8 +60,9 @@ def test_schema(tmp_path):
         assert f["replicas/batch"].shape == (n, 2) and f["replicas/batch"].dtype == np.int32
         assert f["replicas/state"].shape == (n, 2) and f["replicas/state"].dtype == np.int8
         p = f["ranks/phase_times"]
-        assert p.shape == (n, 4, 10) and p.dtype == np.float64
-        assert p.attrs["phases"].split(",")[:3] == ["forward", "backward", "tp_comm"]
+        assert p.attrs["phases"].split(",") == ["forward", "backward", "tp_comm", "dp_comm", "pp_comm", "reshard",
+                                                "optimizer", "recovery", "revival", "idle", "other"]
+        assert p.shape == (n, 4, 11) and p.dtype == np.float64
         sm = f["summary"].attrs
         for k in SUMMARY:
             assert sm[k].dtype == np.float64, k
@@ -141,3 +143,34 @@ def test_mfu_peak_is_the_machines(tmp_path):
         mine = [float(v) for k, v in lines if f"|threads={threads}|" in k]
         assert len(mine) == 1 and mine[0] == pytest.approx(max(peaks), rel=1e-4)
     assert peaks[1] >= peaks[0]  # the second run starts from the first one's probe
+
+
+def test_an_interrupt_says_where_the_run_stopped_and_keeps_the_file(tmp_path):
+    """SIGINT (Ctrl-C) to a run: one line naming the step and the file, exit status 130, and every
+    completed step readable. (Under mpirun the ranks get SIGTERM from the launcher, which then stops
+    forwarding their output: the same line is written but Open MPI 5.0 drops it.)"""
+    out = tmp_path / "interrupted.h5"
+    p = subprocess.Popen([str(NTPBENCH), "--preset", "tiny", "--steps", "500", "--timing", "paced", "--device-gflops",
+                          "0.2", "--quiet", "--out", str(out)],
+                         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            time.sleep(0.3)
+            try:
+                with h5py.File(out, "r", locking=False) as f:
+                    if len(f["steps"]) >= 3:
+                        break
+            except (OSError, KeyError):
+                pass
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    lines = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(lines) == 1 and str(out) in lines[0], err
+    saved = int(lines[0].split(": ")[2].split()[0])
+    with h5py.File(out, "r") as f:
+        assert len(f["steps"]) == saved >= 3 and f["steps"]["step"][-1] == saved
