@@ -125,6 +125,7 @@ def test_unscheduled_kill_from_outside(tmp_path):
     assert code == 0 and "done: 40 steps" in output, output
     details = kill_details(out)
     assert len(details) == 1 and details[0][1] == 3 and details[0][2].startswith("unscheduled"), details
+    assert "unscheduled death of rank(s) [3]" in output and "kill [3]" not in output, output
     assert replicas(out).tolist()[-1] == [2, 1]
     replay(out)
 

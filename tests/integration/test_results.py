@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ENV, MPIRUN, NTPBENCH, ntpbench, schedule
+from conftest import ENV, MPIRUN, NTPBENCH, ROOT, ntpbench, schedule
 
 STEP_FIELDS = {
     "step": "i8", "optimizer_step": "i8", "t_start": "f8", "t_end": "f8", "sample_begin": "i8", "samples": "i8",
@@ -174,3 +174,47 @@ def test_an_interrupt_says_where_the_run_stopped_and_keeps_the_file(tmp_path):
     saved = int(lines[0].split(": ")[2].split()[0])
     with h5py.File(out, "r") as f:
         assert len(f["steps"]) == saved >= 3 and f["steps"]["step"][-1] == saved
+
+
+def test_the_closing_line_tells_slots_from_training_steps(tmp_path):
+    """--steps counts slots: under restart a failure leaves idle slots and rolls steps back, and the
+    closing line, /summary and the report say how many trained."""
+    out = tmp_path / "restart.h5"
+    p = ntpbench(8, "--preset", "tiny", "--tp", 4, "--steps", 30, "--policy", "restart", "--kill-mode", "fence",
+                 "--checkpoint-every", 5, "--schedule", ROOT / "jobs/schedules/one-failure.yaml", "--quiet",
+                 "--out", out)
+    with h5py.File(out) as f:
+        st = f["steps"][()]
+        trained = int((st["tokens_committed"] > 0).sum())
+        idle = int((st["samples"] == 0).sum())
+        assert f["summary"].attrs["training_steps"] == trained < 30
+    line = next(line for line in p.stdout.splitlines() if line.startswith("done:"))
+    assert line.startswith(f"done: 30 slots, {trained} training steps committed ({idle} idle, "
+                           f"{30 - trained - idle} rolled back)"), line
+    rep = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0 and "trained" in rep.stdout.splitlines()[0], rep.stdout + rep.stderr
+
+
+def test_paced_overruns_are_counted_with_a_rate_that_keeps_up(tmp_path):
+    out = tmp_path / "overrun.h5"
+    p = ntpbench(2, "--preset", "tiny", "--tp", 2, "--steps", 4, "--timing", "paced", "--device-gflops", 5000,
+                 "--quiet", "--out", out)
+    line = next(line for line in p.stdout.splitlines() if line.startswith("paced timing:"))
+    with h5py.File(out) as f:
+        n = int(f["summary"].attrs["paced_overrun_steps"])
+        ratio = float(f["summary"].attrs["paced_overrun_worst_ratio"])
+    assert n == 4 and ratio > 1 and f"in {n} of 4 steps" in line, line
+    suggested = float(line.rsplit("--device-gflops ", 1)[1].split()[0])
+    assert suggested == pytest.approx(5000 / (1.1 * ratio), rel=1e-2), line
+
+
+def test_wall_timing_on_shared_cores_is_said_once_and_recorded(tmp_path):
+    out = tmp_path / "wall.h5"
+    p = ntpbench(4, "--preset", "tiny", "--tp", 2, "--steps", 2, "--quiet", "--out", out)
+    shared = 4 > os.cpu_count()
+    assert p.stdout.count("note: --timing wall with") == (1 if shared else 0), p.stdout
+    with h5py.File(out) as f:
+        assert ("shared_cores" in f.attrs) == shared
+        if shared:
+            assert f.attrs["shared_cores"] == f"{4 / os.cpu_count():.2g} ranks per core on the most crowded host"
