@@ -24,6 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
     r.add_argument("--csv", metavar="FILE", help="also write the table (every recomputed figure) as CSV to FILE")
     r.add_argument("--json", metavar="FILE", help="also write the table (every recomputed figure) as JSON to FILE")
+    r.add_argument("--diff", action="store_true",
+                   help="compare two runs A and B (e.g. two policies or two versions of one configuration): "
+                        "every recomputed figure of both, the difference B - A and the ratio B / A, and the "
+                        "configuration keys in which they differ other than the policy (--csv/--json then "
+                        "write that table)")
 
     pl = sub.add_parser("plot", help="PNG figures of runs",
                         description="Write PNGs per run (throughput per step with kill/revive marks, TP degree "
@@ -138,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "report":
+        if args.diff:
+            from . import compare
+            return compare.main(args)
         from . import report
         return report.main(args)
     if args.command == "revivals":
