@@ -51,23 +51,29 @@ def config_differences(a: Run, b: Run, ignore=IGNORED_KEYS) -> list[tuple[str, o
     return [(k, ca.get(k, ABSENT), cb.get(k, ABSENT)) for k in keys if ca.get(k, ABSENT) != cb.get(k, ABSENT)]
 
 
-def _model(run: Run) -> str:
-    cfg = flat_config(run)
-    dims = ", ".join(f"{k.split('/', 1)[1]} {v}" for k, v in sorted(cfg.items()) if k.startswith("model/"))
-    return f"{cfg.get('preset', '?')} ({dims})" if dims else str(cfg.get("preset", "?"))
+def _models(runs: list[Run]) -> list[str]:
+    """Each run's model: its preset, with the `model/*` dimensions in which the runs differ."""
+    cfgs = [flat_config(r) for r in runs]
+    keys = sorted({k for c in cfgs for k in c if k.startswith("model/")})
+    differ = [k for k in keys if len({json.dumps(c.get(k)) for c in cfgs}) > 1]
+    out = []
+    for c in cfgs:
+        dims = ", ".join(f"{k.split('/', 1)[1]} {c.get(k, ABSENT)}" for k in differ)
+        out.append(f"{c.get('preset', '?')}" + (f" ({dims})" if dims else ""))
+    return out
 
 
 def comparability_problems(runs: list[Run]) -> list[str]:
     """One line per property the runs do not share (model/preset, timing mode, rank count); [] when
     their absolute tokens/s can share an axis."""
     out = []
-    for what, get in (("model", _model), ("timing", lambda r: str(r.attrs.get("timing", "?"))),
-                      ("ranks", lambda r: str(r.ranks))):
-        values = {}
-        for r in runs:
-            values.setdefault(get(r), []).append(r.name)
-        if len(values) > 1:
-            out.append(f"{what} differs: " + "; ".join(f"{v} ({', '.join(names)})" for v, names in values.items()))
+    for what, values in (("model", _models(runs)), ("timing", [str(r.attrs.get("timing", "?")) for r in runs]),
+                         ("ranks", [str(r.ranks) for r in runs])):
+        groups: dict = {}
+        for v, r in zip(values, runs):
+            groups.setdefault(v, []).append(r.name)
+        if len(groups) > 1:
+            out.append(f"{what} differs: " + "; ".join(f"{v} ({', '.join(names)})" for v, names in groups.items()))
     return out
 
 
