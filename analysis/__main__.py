@@ -31,9 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "write that table)")
 
     pl = sub.add_parser("plot", help="PNG figures of runs",
-                        description="Write PNGs per run (throughput per step with kill/revive marks, TP degree "
-                                    "of each replica, per-phase time per step) and across the runs (goodput by "
-                                    "policy, total time per phase). Prints the paths written.")
+                        description="Write PNGs per run (throughput per step with kill/revive marks and the time "
+                                    "each killed rank was down shaded, TP degree of each replica, per-phase time "
+                                    "per step) and across the runs (loss against optimizer step and committed "
+                                    "tokens, goodput by run, total time per phase). Prints the paths written, and "
+                                    "on stderr a warning when the runs differ in model, timing mode or rank count.")
     pl.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
     pl.add_argument("--out", required=True, metavar="DIR", help="directory for the PNGs (created if missing)")
 

@@ -83,7 +83,10 @@ def diff_rows(a: dict, b: dict) -> list[dict]:
     for key in SUMMARY_KEYS:
         va, vb = float(a[key]), float(b[key])
         ok = math.isfinite(va) and math.isfinite(vb)
-        rows.append({"metric": key, "a": va, "b": vb, "diff": vb - va if ok else math.nan,
+        diff = vb - va if ok else math.nan
+        if ok and abs(diff) <= 1e-12 * max(abs(va), abs(vb)):
+            diff = 0.0  # the same figure summed in another order: no difference worth printing
+        rows.append({"metric": key, "a": va, "b": vb, "diff": diff,
                      "ratio": vb / va if ok and va != 0 else math.nan})
     return rows
 

@@ -62,7 +62,7 @@ def test_plot_writes_pngs(runs, tmp_path, capsys):
 
 
 def test_help_lists_every_flag(capsys):
-    for cmd, flags in (("report", ["--csv", "--json"]), ("plot", ["--out"]),
+    for cmd, flags in (("report", ["--csv", "--json", "--diff"]), ("plot", ["--out"]),
                        ("simulate", ["--gpus", "--domain-size", "--gpus-per-replica", "--rate-multiplier",
                                      "--calibrate", "--trials", "--spares", "--placement", "--boost"])):
         try:
