@@ -181,14 +181,15 @@ def _save(fig, path: str) -> None:
     plt.close(fig)
 
 
-def _titles(fig, ax, title: str, warnings: list[str]) -> None:
-    """The figure's title, and under it, in red, why its runs do not compare (when they do not)."""
-    if not warnings:
+def _titles(fig, ax, title: str, warnings: list[str], width: int = 110, loc: str = "center") -> None:
+    """The figure's title, and under it, in red over `ax`, why its runs do not compare (when they do not)."""
+    if not warnings and len(fig.axes) == 1:
         ax.set_title(title, fontsize=10)
         return
     fig.suptitle(title, fontsize=10)
-    text = "NOT COMPARABLE: " + "; ".join(warnings)
-    ax.set_title(textwrap.fill(text, 110), fontsize=8, color="tab:red")
+    if warnings:
+        text = "NOT COMPARABLE: " + "; ".join(warnings)
+        ax.set_title(textwrap.fill(text, width), fontsize=8, color="tab:red", loc=loc)
 
 
 def bar_label(stem: str, run: Run) -> str:
@@ -222,7 +223,7 @@ def loss_series(run: Run) -> pd.DataFrame:
 
 
 def plot_loss(runs: list[Run], labels: list[str], path: str, warnings: list[str] = ()) -> None:
-    fig, (a_step, a_tok) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    fig, (a_step, a_tok) = plt.subplots(1, 2, figsize=(14, 4.5), sharey=True)
     undone_drawn = False
     for run, label in zip(runs, labels):
         df = loss_series(run)
@@ -239,10 +240,11 @@ def plot_loss(runs: list[Run], labels: list[str], path: str, warnings: list[str]
     a_step.set_ylabel("loss (nats/token)")
     for ax in (a_step, a_tok):
         ax.grid(alpha=0.3)
-    a_step.legend(fontsize=8, loc="upper right")
-    _titles(fig, a_step if not warnings else a_tok,
-            "Loss against progress: committed steps in optimizer order; crosses = work rolled back",
-            list(warnings))
+    # Beside the right panel, off the lines.
+    a_tok.legend(*a_step.get_legend_handles_labels(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # Over both panels: the warning starts at the left panel's edge and runs on over the right one.
+    _titles(fig, a_step, "Loss against progress: committed steps in optimizer order; crosses = work rolled back",
+            list(warnings), width=170, loc="left")
     _save(fig, path)
 
 

@@ -145,7 +145,8 @@ def test_cross_run_figures_carry_the_warning(runs, tmp_path, monkeypatch):
     for fn in (plots.plot_goodput_by_policy, plots.plot_phase_totals, plots.plot_loss):
         fn(rs, labels, str(tmp_path / "x.png"), ["ranks differs: 8 (ntp.h5); 4 (dpdrop.h5)"])
         fn(rs, labels, str(tmp_path / "x.png"), [])
-    titles = [" ".join([f._suptitle.get_text() if f._suptitle else ""] + [a.get_title() for a in f.axes])
+    titles = [" ".join([f._suptitle.get_text() if f._suptitle else ""] + [a.get_title(loc) for a in f.axes
+                                                                 for loc in ("left", "center")])
               for f in figs]
     assert all("NOT COMPARABLE: ranks differs" in t for t in titles[0::2])
     assert not any("NOT COMPARABLE" in t for t in titles[1::2])
