@@ -24,11 +24,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
     r.add_argument("--csv", metavar="FILE", help="also write the table (every recomputed figure) as CSV to FILE")
     r.add_argument("--json", metavar="FILE", help="also write the table (every recomputed figure) as JSON to FILE")
+    r.add_argument("--diff", action="store_true",
+                   help="compare two runs A and B (e.g. two policies or two versions of one configuration): "
+                        "every recomputed figure of both, the difference B - A and the ratio B / A, and the "
+                        "configuration keys in which they differ other than the policy (--csv/--json then "
+                        "write that table)")
 
     pl = sub.add_parser("plot", help="PNG figures of runs",
-                        description="Write PNGs per run (throughput per step with kill/revive marks, TP degree "
-                                    "of each replica, per-phase time per step) and across the runs (goodput by "
-                                    "policy, total time per phase). Prints the paths written.")
+                        description="Write PNGs per run (throughput per step with kill/revive marks and the time "
+                                    "each killed rank was down shaded, TP degree of each replica, per-phase time "
+                                    "per step) and across the runs (loss against optimizer step and committed "
+                                    "tokens, goodput by run, total time per phase). Prints the paths written, and "
+                                    "on stderr a warning when the runs differ in model, timing mode or rank count.")
     pl.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
     pl.add_argument("--out", required=True, metavar="DIR", help="directory for the PNGs (created if missing)")
 
@@ -138,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "report":
+        if args.diff:
+            from . import compare
+            return compare.main(args)
         from . import report
         return report.main(args)
     if args.command == "revivals":

@@ -97,6 +97,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import textwrap
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -706,6 +707,56 @@ def fig6_table(df: pd.DataFrame) -> str:
     return _table(out, cols)
 
 
+def gating_example(cl: Cluster, policy: str, params: Params) -> dict | None:
+    """The fewest failed GPUs k in one domain whose replica, under `policy`, takes longer than a healthy
+    step (and so slows the whole job): k, the speed v, the micro-batches kept, the step ratio and what
+    keep-pace would keep. None when no k does (keep-pace, P = 1, or a boost that covers every k)."""
+    lut, P, M = speed_table(cl.domain_size, policy, params), cl.domains_per_replica, params.micro_batches
+    for k in range(1, cl.domain_size + 1):
+        v = float(lut[k])
+        if v <= 0:
+            return None
+        w = float(kept_micro_batches(v, policy, P, params))
+        t = float(replica_time(w, v, P, M))
+        if t > 1 + 1e-9:
+            pace = float(kept_micro_batches(v, policy, P, replace(params, mb_cut="keep-pace")))
+            return dict(k=k, v=v, kept=w * M, step=t, keep_pace=pace * M)
+    return None
+
+
+def fig6_surprise(df: pd.DataFrame, cl: Cluster, params: Params) -> str | None:
+    """An explanation when ntp (or ntp-pw) loses more than dp-drop at some point of the Fig. 6 sweep,
+    which the paper's figure never shows: replicas train in lock-step, and a damaged replica's cut
+    step (its pipeline's fill and drain do not shrink) can be slower than a healthy one, so it slows
+    every replica, while dp-drop gives up the damaged replica alone. Names `--mb-cut keep-pace`."""
+    loss = df.pivot_table(index="failed_fraction", columns="policy", values="loss", sort=True)
+    if "dp-drop" not in loss.columns:
+        return None
+    notes = []
+    for pol in [p for p in ("ntp", "ntp-pw") if p in loss.columns]:
+        worse = loss[loss[pol] > loss["dp-drop"] + 1e-12]
+        if worse.empty:
+            continue
+        f = worse.index[0]
+        head = (f"note: {pol} loses more than dp-drop at {len(worse)} of {len(loss)} failed fractions (at "
+                f"{f:g}: {worse.loc[f, pol]:.2%} against {worse.loc[f, 'dp-drop']:.2%}).")
+        ex = gating_example(cl, pol, params)
+        if ex is None:
+            notes.append(head)
+            continue
+        m = f"{params.micro_batches}" if params.micro_batches else "many"
+        notes.append(
+            f"{head} The cause is the lock-step and the micro-batch cut: replicas train in lock-step, so the "
+            f"slowest one sets every step. A domain of {cl.domain_size} with {ex['k']} failed GPU(s) runs at speed "
+            f"{ex['v']:.3g}; the {params.mb_cut} cut keeps {ex['kept']:g} of its {m} micro-batches, but the "
+            f"pipeline's fill and drain ({cl.domains_per_replica - 1} micro-batch times) do not shrink, so its step "
+            f"takes {ex['step']:.3f} healthy steps and slows the whole job by {ex['step'] - 1:.1%}, while dp-drop "
+            f"gives up that replica alone, 1 of {cl.replicas} ({1 / cl.replicas:.2%}). With --mb-cut keep-pace a "
+            f"damaged replica runs only the micro-batches that fit in a healthy step ({ex['keep_pace']:g} here), "
+            f"so none slows the job.")
+    return "\n".join(notes) or None
+
+
 def fig7_table(df: pd.DataFrame, tokens_per_gpu: float | None = None) -> str:
     cols = [("policy", "policy", "{}"), ("spare_domains", "spare domains", "{:d}"),
             ("short_time_fraction", "time short", "{:.2%}"), ("per_gpu_pause", "per-GPU (pause)", "{:.4f}"),
@@ -837,6 +888,9 @@ def main(args) -> int:
         frames["fig6"] = df6
         print(f"Fig. 6 — throughput loss vs failed fraction ({args.trials} placements each):")
         print(fig6_table(df6), "\n")
+        surprise = fig6_surprise(df6, cl, params)
+        if surprise:
+            print("\n".join(textwrap.fill(n, 110, break_on_hyphens=False) for n in surprise.split("\n")), "\n")
     if "fig7" in what:
         fm7 = replace(fm, hw_repair_days=args.fig7_hw_repair_days, rate_multiplier=args.rate_multiplier[0])
         df7 = spares_sweep(cl, args.spares, fm7, args.policies, params, args.days, args.sample_hours,

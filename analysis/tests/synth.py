@@ -4,8 +4,9 @@ write_run(path, policy=..., kill_step=..., revive_step=...) builds a plausible r
 per-step rows with times, tokens and losses, /replicas (tp_degree, batch, state), per-rank phase
 times that add up to the step time, /events with fixed-length strings, and a /summary computed
 from the rows by the README's definitions (independently of analysis.metrics, so a test that
-compares the two checks both). Options: the restart policy with rolled-back steps, a file cut
-short (no /summary), and a deliberately corrupted summary figure.
+compares the two checks both). As in ntpbench's files, `step` is the slot and `optimizer_step`
+the update a row applied, which a restart's redone rows repeat. Options: the restart policy with
+rolled-back steps, a file cut short (no /summary), and a deliberately corrupted summary figure.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 
 PHASES = ["forward", "backward", "tp_comm", "dp_comm", "reshard", "optimizer", "recovery", "idle", "other"]
 STEP_DTYPE = np.dtype([
-    ("step", "<i8"), ("t_start", "<f8"), ("t_end", "<f8"), ("sample_begin", "<i8"), ("samples", "<i8"),
+    ("step", "<i8"), ("optimizer_step", "<i8"), ("t_start", "<f8"), ("t_end", "<f8"), ("sample_begin", "<i8"), ("samples", "<i8"),
     ("tokens", "<i8"), ("tokens_committed", "<i8"), ("loss", "<f8"), ("grad_norm", "<f8"), ("lr", "<f8"),
     ("flops", "<f8"), ("mfu", "<f8"), ("live_ranks", "<i4"), ("active_replicas", "<i4"),
     ("recovery_seconds", "<f8"), ("idle_seconds", "<f8"), ("paced_overrun", "i1"),
@@ -83,7 +84,7 @@ def write_run(path, *, policy="ntp", tp=2, dp=2, steps=12, kill_step=None, kill_
             samples = dp * MICRO
             committed = samples * T if not (s in rolled and s not in first_seen) else 0
             first_seen.add(s)
-            rows.append((s, t, t + dt, cursor, samples, samples * T, committed, 5.5 - 0.01 * s, 1.5, 3e-4,
+            rows.append((i + 1, s, t, t + dt, cursor, samples, samples * T, committed, 5.5 - 0.01 * s, 1.5, 3e-4,
                          FLOPS_PER_TOKEN * samples * T, 0.0, ranks, dp, pending_recovery, pending_idle,
                          1 if s in overrun_steps else 0))
             tp_rows.append([tp] * dp)
@@ -129,7 +130,7 @@ def write_run(path, *, policy="ntp", tp=2, dp=2, steps=12, kill_step=None, kill_
             dt = base_dt * slow * (1 + 0.05 * rng.standard_normal())
             samples = int(sum(batches))
             live = ranks - (1 if dead else 0)
-            rows.append((s, t, t + dt, cursor, samples, samples * T, samples * T, 5.5 - 0.01 * s, 1.5, 3e-4,
+            rows.append((s, s, t, t + dt, cursor, samples, samples * T, samples * T, 5.5 - 0.01 * s, 1.5, 3e-4,
                          FLOPS_PER_TOKEN * samples * T, 0.0, live, sum(1 for x in batches if x), recovery, 0.0,
                          1 if s in overrun_steps else 0))
             tp_rows.append(tps)

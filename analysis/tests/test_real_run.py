@@ -88,6 +88,6 @@ def test_real_run_report_and_plot(real_run, tmp_path, capsys):
     assert "2x1x2" in out and " ok" in out
     assert cli(["plot", real_run, "--out", str(tmp_path / "plots")]) == 0
     paths = capsys.readouterr().out.split()
-    assert len(paths) == 5
+    assert len(paths) == 6     # throughput, tp_degree, phases; loss, goodput_by_policy, phase_totals
     for p in paths:
         assert os.path.getsize(p) > 10_000, p

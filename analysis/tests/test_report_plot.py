@@ -1,7 +1,9 @@
 import json
 import os
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from analysis.__main__ import main as cli
 
@@ -51,7 +53,7 @@ def test_plot_writes_pngs(runs, tmp_path, capsys):
     assert cli(["plot", *files, "--out", str(out_dir)]) == 0
     printed = capsys.readouterr().out.split()
     expected = {f"{s}_{k}.png" for s in ("dpdrop", "restart", "cut")
-                for k in ("throughput", "tp_degree", "phases")} | {"goodput_by_policy.png", "phase_totals.png"}
+                for k in ("throughput", "tp_degree", "phases")} | {"loss.png", "goodput_by_policy.png", "phase_totals.png"}
     assert {os.path.basename(p) for p in printed} == expected
     for p in printed:
         assert os.path.getsize(p) > 15_000, p    # a real figure, not an empty canvas
@@ -60,7 +62,7 @@ def test_plot_writes_pngs(runs, tmp_path, capsys):
 
 
 def test_help_lists_every_flag(capsys):
-    for cmd, flags in (("report", ["--csv", "--json"]), ("plot", ["--out"]),
+    for cmd, flags in (("report", ["--csv", "--json", "--diff"]), ("plot", ["--out"]),
                        ("simulate", ["--gpus", "--domain-size", "--gpus-per-replica", "--rate-multiplier",
                                      "--calibrate", "--trials", "--spares", "--placement", "--boost"])):
         try:
@@ -87,3 +89,74 @@ def test_failure_events_count_lost_gpus_nodes_and_replicas():
     ]
     table = format_failures("run.h5", got)
     assert "4-7,9" in table and "n2 (4), n3 (1)" in table
+
+
+def test_loss_series_restart_committed_in_optimizer_order(runs):
+    """Restart (kill at step 6, checkpoint every 4): step 5 runs, is rolled back and redone. The line is
+    the committed rows in optimizer order; the rolled-back row stands apart at its optimizer step."""
+    from analysis.plots import loss_series
+    from analysis.runfile import load_run
+    run = load_run(runs["restart"])
+    df = loss_series(run)
+    done, undone = df[df["committed"]], df[~df["committed"]]
+    assert done["optimizer_step"].tolist() == list(range(1, 13))          # progress never goes back
+    per_step = 2 * 4 * 32                                                  # dp x micro-batch x T
+    assert done["tokens"].tolist() == [per_step * k for k in range(1, 13)]
+    assert done["loss"].tolist() == pytest.approx([5.5 - 0.01 * k for k in range(1, 13)])
+    assert undone["optimizer_step"].tolist() == [5] and undone["row"].tolist() == [4]
+    assert undone["tokens"].tolist() == [per_step * 5]       # 4 committed steps before it + its own
+    # A file without optimizer_step: committed rows in row order, the others left out.
+    run.steps = run.steps.drop(columns="optimizer_step")
+    old = loss_series(run)
+    assert old["committed"].all() and old["optimizer_step"].tolist() == list(range(1, 13))
+    assert old["tokens"].tolist() == done["tokens"].tolist()
+
+
+def test_loss_series_counts_committed_tokens(runs):
+    """ntp cuts the damaged replica's batch: the token axis advances by what each step committed."""
+    from analysis.plots import loss_series
+    from analysis.runfile import load_run
+    run = load_run(runs["ntp"])
+    df = loss_series(run)
+    assert df["committed"].all() and df["optimizer_step"].tolist() == list(range(1, 13))
+    assert df["tokens"].tolist() == run.steps["tokens_committed"].cumsum().tolist()
+    steps = np.diff(df["tokens"].to_numpy())
+    assert steps.min() < steps.max()                          # fewer tokens while a rank is down
+
+
+def test_outage_spans():
+    from types import SimpleNamespace
+    from analysis.plots import outage_spans
+    ev = pd.DataFrame({"time": [1.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+                       "kind": ["kill", "kill", "revive", "takeover", "kill", "revive", "kill"],
+                       "rank": [3, 5, 3, 5, 3, 1, 2]})
+    got = outage_spans(SimpleNamespace(events=ev))
+    assert got == [{"rank": 3, "start": 1.0, "end": 2.0}, {"rank": 5, "start": 1.0, "end": 3.0},
+                   {"rank": 3, "start": 4.0, "end": None}, {"rank": 2, "start": 6.0, "end": None}]
+
+
+def test_cross_run_figures_carry_the_warning(runs, tmp_path, monkeypatch):
+    from analysis import plots
+    from analysis.runfile import load_run
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig))
+    rs = [load_run(runs["ntp"]), load_run(runs["dpdrop"])]
+    labels = ["ntp", "dpdrop\n(dp-drop)"]
+    for fn in (plots.plot_goodput_by_policy, plots.plot_phase_totals, plots.plot_loss):
+        fn(rs, labels, str(tmp_path / "x.png"), ["ranks differs: 8 (ntp.h5); 4 (dpdrop.h5)"])
+        fn(rs, labels, str(tmp_path / "x.png"), [])
+    titles = [" ".join([f._suptitle.get_text() if f._suptitle else ""] + [a.get_title(loc) for a in f.axes
+                                                                 for loc in ("left", "center")])
+              for f in figs]
+    assert all("NOT COMPARABLE: ranks differs" in t for t in titles[0::2])
+    assert not any("NOT COMPARABLE" in t for t in titles[1::2])
+    ticks = [t.get_text() for t in figs[1].axes[0].get_xticklabels()]
+    assert ticks == labels                                     # one label per bar, none repeated
+    assert "phase" in titles[3] and "seconds" in titles[3]
+
+
+def test_bar_label():
+    from types import SimpleNamespace
+    from analysis.plots import bar_label
+    assert bar_label("ntp", SimpleNamespace(policy="ntp")) == "ntp"
+    assert bar_label("run3", SimpleNamespace(policy="restart")) == "run3\n(restart)"

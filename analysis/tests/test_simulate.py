@@ -297,3 +297,31 @@ def test_simulate_cli_check_pp_and_pipelines(capsys, runs):
     out = capsys.readouterr().out
     assert rc == 0 and "Pipelines" in out and "keep-pace" in out and "inf" in out
     assert cli(["simulate", "--micro-batches", "-1", "--what", "fig6"]) == 2
+
+
+def test_fig6_surprise_explains_ntp_losing_to_dp_drop(capsys):
+    """Small replicas (8 domains of 8): one failed GPU makes its replica's cut step 16/15 of a healthy one
+    (7 micro-batches at 7/8 speed plus a fill and drain of 7), which slows every replica in lock-step,
+    while dp-drop gives up 1 of 128 replicas. The note names the cause and --mb-cut keep-pace."""
+    cl = sim.Cluster(8192, 8, 64)
+    ex = sim.gating_example(cl, "ntp", sim.Params())
+    assert (ex["k"], ex["kept"], ex["keep_pace"]) == (1, 7, 6) and ex["step"] == pytest.approx(16 / 15)
+    df = sim.sweep_failed_fraction(cl, [1e-3, 2e-3], params=sim.Params(), trials=10, seed=3)
+    loss = df.pivot_table(index="failed_fraction", columns="policy", values="loss")
+    assert (loss["ntp"] > loss["dp-drop"]).all()
+    note = sim.fig6_surprise(df, cl, sim.Params())
+    assert note.startswith("note: ntp loses more than dp-drop at 2 of 2")
+    assert "lock-step" in note and "--mb-cut keep-pace" in note and "6.7%" in note and "1 of 128" in note
+    # keep-pace: no replica gates the job, ntp never loses to dp-drop, and nothing is printed.
+    pace = sim.Params(mb_cut="keep-pace")
+    df = sim.sweep_failed_fraction(cl, [1e-3, 2e-3], params=pace, trials=10, seed=3)
+    assert sim.gating_example(cl, "ntp", pace) is None and sim.fig6_surprise(df, cl, pace) is None
+    # The paper's setting (TP32, 256-GPU replicas): ntp loses less than dp-drop, no note.
+    big = sim.Cluster(32000, 32, 256)
+    df = sim.sweep_failed_fraction(big, [2e-3], params=sim.Params(), trials=10, seed=3)
+    assert sim.fig6_surprise(df, big, sim.Params()) is None
+    from analysis.__main__ import main as cli
+    assert cli(["simulate", "--what", "fig6", "--gpus", "8192", "--domain-size", "8", "--gpus-per-replica", "64",
+                "--trials", "5", "--points", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "note: ntp loses more than dp-drop" in out and "--mb-cut keep-pace" in out
