@@ -170,10 +170,10 @@ int run_training(Options o, Comm& world) {
   const JobLayout layout = layout_job(job_hosts(world), o.spares_per_host, o.spare_hosts);
   const int trainers = layout.trainers;
   if (trainers % (o.tp * o.pp) != 0)
-    throw UsageError(fmt::format("{} does not divide the {} trainer ranks of this job{}",
+    throw UsageError(fmt::format("{} does not divide the {} {}ranks of this job{}",
                                  o.pp == 1 ? fmt::format("--tp {}", o.tp)
                                            : fmt::format("--tp {} x --pp {} = {}", o.tp, o.pp, o.tp * o.pp),
-                                 trainers,
+                                 trainers, layout.spares() ? "trainer " : "",
                                  layout.spares() ? fmt::format(" ({} processes, {} of them spares)", world.size(),
                                                                layout.spares())
                                                  : std::string()));
