@@ -185,9 +185,11 @@ namespace {
 void check_degrees_divide(const Options& o, const JobLayout& layout, int processes) {
   const int degree = o.tp * o.pp;
   if (layout.trainers % degree == 0) return;
-  const std::string what = o.pp == 1 ? fmt::format("--tp {}", o.tp) : fmt::format("--tp {} x --pp {} = {}", o.tp, o.pp, degree);
+  const std::string what =
+      o.pp == 1 ? fmt::format("--tp {}", o.tp) : fmt::format("--tp {} x --pp {} = {}", o.tp, o.pp, degree);
   if (layout.spares() > 0)
-    throw UsageError(fmt::format("{} does not divide the {} trainer ranks of this job ({} processes, {} of them spares)",
+    throw UsageError(fmt::format("{} does not divide the {} trainer ranks of this job ({} processes, {} of them "
+                                 "spares)",
                                  what, layout.trainers, processes, layout.spares()));
   throw UsageError(fmt::format("{} does not divide the {} ranks of this job{}", what, layout.trainers,
                                processes == 1 && !started_by_launcher()

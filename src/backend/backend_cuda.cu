@@ -69,9 +69,9 @@ std::string find_device(int local_rank, bool share, int& device) {
   if (local_rank < 0) return "--backend cuda: negative node-local rank";
   device = local_rank < count ? local_rank : local_rank % count;
   if (local_rank < count || share) return {};
-  return "--backend cuda: node-local rank " + std::to_string(local_rank) + " has no GPU of its own (" +
-         std::to_string(count) +
-         " visible on this node): run at most one rank per GPU, or pass --allow-gpu-sharing "
+  // The same text on every rank short of a GPU, so that the job's refusal says it once.
+  return "--backend cuda: more ranks on a node than its " + std::to_string(count) +
+         " visible GPU(s): run at most one rank per GPU, or pass --allow-gpu-sharing "
          "(NTPBENCH_ALLOW_GPU_SHARING=1) to share them; ranks sharing a GPU cannot use NCCL and "
          "communicate through MPI with host staging";
 }
