@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "config_key.hpp"
 #include "option_table.hpp"
 #include "tp_layout.hpp"
 
@@ -115,17 +116,26 @@ void resolve_model(const CLI::App& app, const TextValues& text, Options& o) {
   if (o.model.family == Family::Llama) o.model.kv_heads = o.model.kv(), o.model.ffn = o.model.mlp();
 }
 
+// A --tp too large for the model, and also for the ranks of a job of `world_size` processes
+// (0: unknown) that has no spares: both problems in one message.
+CLI::ValidationError tp_error(const Options& o, std::string why, int world_size) {
+  if (world_size > 0 && o.spares_per_host == 0 && o.spare_hosts == 0 && world_size % (o.tp * o.pp) != 0)
+    why += " (and this job has " + std::to_string(world_size) + " ranks, which --tp " + std::to_string(o.tp) +
+           (o.pp > 1 ? " x --pp " + std::to_string(o.pp) : std::string()) + " does not divide)";
+  return CLI::ValidationError("--tp", why);
+}
+
 // After parsing: the model from the preset and its overrides, the text options, and the checks
 // that span flags. Throws CLI::ValidationError naming the flag.
-void resolve(const CLI::App& app, const TextValues& text, Options& o) {
+void resolve(const CLI::App& app, const TextValues& text, Options& o, int world_size) {
   resolve_model(app, text, o);
   for (const OptionSpec& s : option_table())
     if (const auto* f = std::get_if<TextField>(&s.field); f && !s.model_override) f->set(o, text.at(s.flag));
   if (o.model.family == Family::Llama && o.tp > o.model.head_units())
-    throw CLI::ValidationError("--tp", tp_degree_problem(o.model, o.tp));
+    throw tp_error(o, tp_degree_problem(o.model, o.tp), world_size);
   if (o.tp > o.model.heads)
-    throw CLI::ValidationError("--tp", "TP degree " + std::to_string(o.tp) + " exceeds the head count " +
-                                           std::to_string(o.model.heads));
+    throw tp_error(o, "TP degree " + std::to_string(o.tp) + " exceeds the head count " + std::to_string(o.model.heads),
+                   world_size);
   if (o.pp > o.model.layers)
     throw CLI::ValidationError("--pp", "--pp " + std::to_string(o.pp) + " stages for a model of " +
                                            std::to_string(o.model.layers) + " layers: every stage needs a layer");
@@ -139,7 +149,7 @@ void resolve(const CLI::App& app, const TextValues& text, Options& o) {
 
 }  // namespace
 
-ParseResult parse_options(int argc, char** argv, bool print) {
+ParseResult parse_options(int argc, char** argv, bool print, int world_size) {
   CLI::App app{
       "ntpbench: a real GPT-2 or Llama training step (forward, backward, AdamW) under tensor x pipeline x data "
       "parallelism on MPI ranks.\nLaunch with mpirun/srun; DP = ranks / (--tp x --pp). Results go to an HDF5 file (see results/README.md)."};
@@ -152,16 +162,19 @@ ParseResult parse_options(int argc, char** argv, bool print) {
   app.allow_config_extras(false);  // a misspelt key in a config file is an error, not a silent default
   app.footer(
       "Exit codes: 0 the run finished; 1 an internal or MPI error on some rank (its message names it); 2 bad "
-      "flags, schedule, config or checkpoint; 3 failures left no replica able to train and no "
-      "revival is scheduled (the results file holds every step so far); 4 a non-finite loss or gradient norm; 5 "
-      "a rank made no progress within --hang-timeout, or new processes for a revival did not join within 300 s "
+      "flags, schedule, config, data or checkpoint, an existing --out, or --backend cuda without a usable GPU; 3 "
+      "failures left no replica able to train and no revival is scheduled (the results file holds every step so "
+      "far); 4 a non-finite loss or gradient norm; 5 a rank made no progress within --hang-timeout, or new processes for a revival did not join within 300 s "
       "(the MPI library reported nothing: a peer stopped without dying, or the library itself hangs).");
   try {
     app.parse(argc, argv);
-    resolve(app, text, o);
+    resolve(app, text, o, world_size);
   } catch (const CLI::CallForHelp& e) {
     if (print) app.exit(e);
     return {std::nullopt, 0};
+  } catch (const CLI::ConfigError& e) {
+    if (print) app.exit(CLI::ConfigError(explain_config_error(e.what(), app.get_config_ptr()->results())));
+    return {std::nullopt, 2};
   } catch (const CLI::ParseError& e) {
     if (print) app.exit(e);
     return {std::nullopt, 2};

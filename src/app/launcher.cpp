@@ -74,4 +74,9 @@ int check_launcher(int world_rank, int world_size) {
   return 2;
 }
 
+bool started_by_launcher() {
+  // Open MPI's mpirun (OMPI_COMM_WORLD_RANK), a PMIx launcher (PMIX_RANK: srun --mpi=pmix), PMI-2 (PMI_RANK).
+  return env("OMPI_COMM_WORLD_RANK") != nullptr || env("PMIX_RANK") != nullptr || env("PMI_RANK") != nullptr;
+}
+
 }  // namespace ntp

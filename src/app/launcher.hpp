@@ -10,4 +10,8 @@ namespace ntp {
 // the process the launcher numbered 0 alone. NTPBENCH_ALLOW_ANY_LAUNCHER=1 skips the check.
 int check_launcher(int world_rank, int world_size);
 
+// Whether a launcher (mpirun, srun) started this process: its rank in the environment. A process
+// run on its own is a job of one rank.
+bool started_by_launcher();
+
 }  // namespace ntp

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     if ((code = ntp::check_launcher(rank, size)) != 0) return ntp::finish_mpi(code);
     ntp::connect_world();
     // Every rank parses the same arguments and so reaches the same verdict; rank 0 speaks.
-    ntp::ParseResult parsed = ntp::parse_options(argc, argv, rank == 0);
+    ntp::ParseResult parsed = ntp::parse_options(argc, argv, rank == 0, size);
     if (!parsed.options) {
       code = parsed.exit_code;
     } else {

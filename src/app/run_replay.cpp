@@ -40,6 +40,7 @@ int run_replay(const Options& cli, Comm& world) {
   }
   if (steps.empty()) throw UsageError(cli.replay + " records no steps");
   validate_data_file(o, world);
+  check_backend(o, world);
   o.tp = 1;
   o.pp = 1;  // each recorded step's whole global batch as one micro-batch
   o.micro_batches = 1;

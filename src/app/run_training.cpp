@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "backend.hpp"
 #include "data.hpp"
 #include "fault.hpp"
+#include "launcher.hpp"
 #include "run.hpp"
 #include "spares.hpp"
 #include "training_run.hpp"
@@ -28,17 +30,33 @@ std::string default_out() {
 }
 
 // The results file's name: --out, or a dated default that every rank agrees on (only rank 0
-// writes, but every rank needs it for the checkpoint directory).
+// writes, but every rank needs it for the checkpoint directory). Rank 0 looks for an existing file
+// and every rank learns its verdict, so all refuse it together (exit 2).
 void settle_out_path(Options& o, Comm& world) {
   const bool root = world.rank() == 0;
-  if (o.out.empty()) {
-    std::string name = root ? default_out() : std::string();
-    name.resize(128, '\0');
-    world.broadcast(name.data(), name.size(), 0);
-    o.out = name.c_str();
-  }
+  if (o.out.empty()) o.out = broadcast_string(world, root ? default_out() : std::string());
+  std::string why;
   if (root && std::filesystem::exists(o.out) && !o.overwrite)
-    throw std::runtime_error("results file '" + o.out + "' exists; choose another --out or pass --overwrite");
+    why = "results file '" + o.out + "' exists; choose another --out or pass --overwrite";
+  why = broadcast_string(world, why);
+  if (!why.empty()) throw UsageError(why);
+}
+
+// Each distinct problem (one per rank, "" for none) once, with the ranks that have it unless every
+// rank does; "" when no rank has one.
+std::string summarize_by_rank(const std::vector<std::string>& problems) {
+  std::vector<std::pair<std::string, std::vector<int>>> distinct;
+  for (int r = 0; r < static_cast<int>(problems.size()); ++r) {
+    if (problems[r].empty()) continue;
+    auto it = std::find_if(distinct.begin(), distinct.end(), [&](const auto& d) { return d.first == problems[r]; });
+    if (it == distinct.end()) it = distinct.insert(distinct.end(), {problems[r], {}});
+    it->second.push_back(r);
+  }
+  if (distinct.size() == 1 && distinct[0].second.size() == problems.size()) return distinct[0].first;
+  std::vector<std::string> parts;
+  for (const auto& [why, ranks] : distinct)
+    parts.push_back(fmt::format("{} (rank{} {})", why, ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", ")));
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 // The host of every rank of the job, on every rank: kill_node / revive_node name hosts, /ranks
@@ -64,6 +82,17 @@ void validate_data_file(const Options& o, Comm& world) {
     }
   }
   why = broadcast_string(world, why);
+  if (!why.empty()) throw UsageError(why);
+}
+
+// --backend: each rank asks whether it can run it (under cuda: a GPU of its own) before anything is
+// built; rank 0 gathers the answers and every rank learns the verdict, so a job with no usable GPU
+// is refused once (exit 2) rather than failing on every rank.
+void check_backend(const Options& o, Comm& world) {
+  if (o.backend == "cpu") return;
+  const int local_rank = world.split_node()->rank();
+  const auto problems = world.gather(backend_problem(o.backend, local_rank, o.allow_gpu_sharing), 0);
+  const std::string why = broadcast_string(world, world.rank() == 0 ? summarize_by_rank(problems) : std::string());
   if (!why.empty()) throw UsageError(why);
 }
 
@@ -151,6 +180,23 @@ void note_tp_groups_across_hosts(const Options& o, const std::vector<std::string
 }
 
 namespace {
+// --tp x --pp must divide the trainers (the processes, less any spares). A job of one process that
+// no launcher started was most likely meant for mpirun.
+void check_degrees_divide(const Options& o, const JobLayout& layout, int processes) {
+  const int degree = o.tp * o.pp;
+  if (layout.trainers % degree == 0) return;
+  const std::string what =
+      o.pp == 1 ? fmt::format("--tp {}", o.tp) : fmt::format("--tp {} x --pp {} = {}", o.tp, o.pp, degree);
+  if (layout.spares() > 0)
+    throw UsageError(fmt::format("{} does not divide the {} trainer ranks of this job ({} processes, {} of them "
+                                 "spares)",
+                                 what, layout.trainers, processes, layout.spares()));
+  throw UsageError(fmt::format("{} does not divide the {} ranks of this job{}", what, layout.trainers,
+                               processes == 1 && !started_by_launcher()
+                                   ? fmt::format("; launched without mpirun? (mpirun -np {} ntpbench ...)", degree)
+                                   : std::string()));
+}
+
 // A trainer's run from step 1 (with spares: `pool`, and the spares' processes on the recorder).
 int train_from_start(const Options& o, Comm& group, Schedule schedule, std::vector<std::string> hosts,
                      SparePool* pool, std::vector<std::string> spare_processes) {
@@ -169,14 +215,7 @@ int run_training(Options o, Comm& world) {
   settle_kill_mode(o);
   const JobLayout layout = layout_job(job_hosts(world), o.spares_per_host, o.spare_hosts);
   const int trainers = layout.trainers;
-  if (trainers % (o.tp * o.pp) != 0)
-    throw UsageError(fmt::format("{} does not divide the {} {}ranks of this job{}",
-                                 o.pp == 1 ? fmt::format("--tp {}", o.tp)
-                                           : fmt::format("--tp {} x --pp {} = {}", o.tp, o.pp, o.tp * o.pp),
-                                 trainers, layout.spares() ? "trainer " : "",
-                                 layout.spares() ? fmt::format(" ({} processes, {} of them spares)", world.size(),
-                                                               layout.spares())
-                                                 : std::string()));
+  check_degrees_divide(o, layout, world.size());
   if (layout.spares() > 0 && o.kill_mode != "signal")
     throw UsageError("spares (--spares-per-host, --spare-hosts) replace processes that really died: they need "
                      "--kill-mode signal (Open MPI >= 5 with ULFM, mpirun --with-ft ulfm)");
@@ -194,6 +233,7 @@ int run_training(Options o, Comm& world) {
                  o.schedule.empty() ? "none" : o.schedule, schedule.kills(), schedule.revives(), o.kill_mode, o.timing);
     return 0;
   }
+  check_backend(o, world);
   settle_out_path(o, world);
   if (root && o.policy == "restart" && o.checkpoint_every == 0 && !schedule.empty())
     fmt::print("note: --policy restart without --checkpoint-every: a failure rolls back to the initial state\n");

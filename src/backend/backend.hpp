@@ -99,5 +99,9 @@ std::unique_ptr<Backend> make_cpu_backend();
 // and for Precision::Bf16 on the CPU backend. local_rank: this rank's index on its node, which
 // picks its GPU.
 std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank, Precision precision);
+// Why backend `name` cannot run on this rank (node-local rank `local_rank`; `share_gpus`: ranks may
+// share a GPU), or "" when it can: an unknown backend, a build without CUDA, no usable GPU of its
+// own. Asks the device, builds nothing; make_backend fails for the same reasons.
+std::string backend_problem(const std::string& name, int local_rank, bool share_gpus);
 
 }  // namespace ntp

@@ -158,7 +158,9 @@ class CpuBackend final : public Backend {
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 #ifdef NTPBENCH_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision);  // src/backend/backend_cuda.cu
+// src/backend/backend_cuda.cu
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision);
+std::string cuda_device_problem(int local_rank, bool share);
 #endif
 
 Precision parse_precision(const std::string& name) {
@@ -175,11 +177,19 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank, P
   }
 #ifdef NTPBENCH_HAVE_CUDA
   if (name == "cuda") return make_cuda_backend(local_rank, precision);
-#else
-  (void)local_rank;
-  if (name == "cuda") throw std::invalid_argument("--backend cuda: this build has no CUDA backend (nvcc not found)");
 #endif
-  throw std::invalid_argument("unknown backend '" + name + "' (cpu, cuda)");
+  throw std::invalid_argument(backend_problem(name, local_rank, false));
+}
+
+std::string backend_problem(const std::string& name, int local_rank, bool share_gpus) {
+  if (name == "cpu") return {};
+#ifdef NTPBENCH_HAVE_CUDA
+  if (name == "cuda") return cuda_device_problem(local_rank, share_gpus);
+#else
+  (void)local_rank, (void)share_gpus;
+  if (name == "cuda") return "--backend cuda: this build has no CUDA backend (nvcc not found)";
+#endif
+  return "unknown backend '" + name + "' (cpu, cuda)";
 }
 
 }  // namespace ntp

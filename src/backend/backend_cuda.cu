@@ -55,24 +55,33 @@ std::string cuda_error_text(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + " (" + std::to_string(int(e)) + "): " + cudaGetErrorString(e);
 }
 
-// The GPU for node-local rank `local_rank`, or a clear error.
-int select_device(int local_rank) {
+// Why node-local rank `local_rank` has no GPU to use (`share`: ranks may share one), or "" and its
+// GPU in `device`.
+std::string find_device(int local_rank, bool share, int& device) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     cudaGetLastError();  // reset the last-error state
-    throw std::runtime_error("--backend cuda: no usable GPU on this node: cudaGetDeviceCount failed with " +
-                             cuda_error_text(e));
+    return "--backend cuda: no usable GPU on this node: cudaGetDeviceCount failed with " + cuda_error_text(e) +
+           " (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides them; --backend cpu needs none)";
   }
-  if (count == 0) throw std::runtime_error("--backend cuda: no GPU on this node (cudaGetDeviceCount returned 0)");
-  if (local_rank < 0) throw std::invalid_argument("--backend cuda: negative node-local rank");
-  if (local_rank < count) return local_rank;
-  if (env_is_one("NTPBENCH_ALLOW_GPU_SHARING")) return local_rank % count;
-  throw std::runtime_error("--backend cuda: node-local rank " + std::to_string(local_rank) + " has no GPU of its own (" +
-                           std::to_string(count) +
-                           " visible on this node): run at most one rank per GPU, or pass --allow-gpu-sharing "
-                           "(NTPBENCH_ALLOW_GPU_SHARING=1) to share them; ranks sharing a GPU cannot use NCCL and "
-                           "communicate through MPI with host staging");
+  if (count == 0) return "--backend cuda: no GPU on this node (cudaGetDeviceCount returned 0)";
+  if (local_rank < 0) return "--backend cuda: negative node-local rank";
+  device = local_rank < count ? local_rank : local_rank % count;
+  if (local_rank < count || share) return {};
+  // The same text on every rank short of a GPU, so that the job's refusal says it once.
+  return "--backend cuda: more ranks on a node than its " + std::to_string(count) +
+         " visible GPU(s): run at most one rank per GPU, or pass --allow-gpu-sharing "
+         "(NTPBENCH_ALLOW_GPU_SHARING=1) to share them; ranks sharing a GPU cannot use NCCL and "
+         "communicate through MPI with host staging";
+}
+
+// The GPU for node-local rank `local_rank`, or a clear error.
+int select_device(int local_rank) {
+  int device = 0;
+  const std::string why = find_device(local_rank, env_is_one("NTPBENCH_ALLOW_GPU_SHARING"), device);
+  if (!why.empty()) throw std::runtime_error(why);
+  return device;
 }
 
 class CudaBackend final : public Backend {
@@ -325,6 +334,11 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+std::string cuda_device_problem(int local_rank, bool share) {
+  int device = 0;
+  return find_device(local_rank, share, device);
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision) {
   return std::make_unique<CudaBackend>(local_rank, precision);

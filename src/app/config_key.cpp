@@ -1,0 +1,89 @@
+#include "config_key.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+
+#include "option_table.hpp"
+
+namespace ntp {
+
+namespace {
+
+// Levenshtein distance: insertions, deletions and substitutions.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string trim(const std::string& s, const char* chars = " \t\r") {
+  const auto begin = s.find_first_not_of(chars);
+  if (begin == std::string::npos) return {};
+  return s.substr(begin, s.find_last_not_of(chars) - begin + 1);
+}
+
+// "FILE:LINE" of the first line of `files` that sets `key` ("section.name" inside [section]) or
+// opens it ("[section]"), or the first file alone when no line does.
+std::string where(const std::vector<std::string>& files, const std::string& key) {
+  for (const std::string& file : files) {
+    std::ifstream in(file);
+    std::string line, section;
+    for (int n = 1; std::getline(in, line); ++n) {
+      const std::string text = trim(line);
+      if (text.size() > 1 && text.front() == '[' && text.back() == ']') {
+        if (text == key) return file + ":" + std::to_string(n);
+        section = trim(text.substr(1, text.size() - 2), " \t[]") + ".";
+        continue;
+      }
+      const auto eq = text.find('=');
+      if (eq == std::string::npos) continue;
+      const std::string name = trim(trim(text.substr(0, eq)), "\"'");
+      if (name == key || section + name == key) return file + ":" + std::to_string(n);
+    }
+  }
+  return files.empty() ? std::string("--config") : files.front();
+}
+
+}  // namespace
+
+std::string closest_flag(const std::string& name) {
+  std::string wanted = name;
+  for (char& c : wanted) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string best;
+  std::size_t best_distance = 3;  // more than two edits away is no suggestion
+  for (const OptionSpec& s : option_table()) {
+    if (s.flag.size() < 3) continue;
+    const std::string flag = s.flag.substr(2);
+    const std::size_t d = edit_distance(wanted, flag);
+    if (d < best_distance && d < std::max<std::size_t>(flag.size() / 2, 1)) best = flag, best_distance = d;
+  }
+  return best;
+}
+
+std::string explain_config_error(const std::string& what, const std::vector<std::string>& files) {
+  static const std::string unknown = "INI was not able to parse ";
+  if (what.rfind(unknown, 0) != 0) return what;
+  const std::string key = what.substr(unknown.size());
+  // CLI11 marks where a [section] opens ("model.++") and closes ("model.--"): no flag has a section.
+  if (key.size() > 3 && (key.compare(key.size() - 3, 3, ".++") == 0 || key.compare(key.size() - 3, 3, ".--") == 0)) {
+    const std::string section = key.substr(0, key.size() - 3);
+    return where(files, "[" + section + "]") + ": unknown section [" + section +
+           "] (flags are top-level keys: name = value, the flag without its --)";
+  }
+  const std::string flag = closest_flag(key);
+  return where(files, key) + ": unknown key '" + key + "'" +
+         (flag.empty() ? std::string(" (no flag of that name: ntpbench --help lists them)")
+                       : " (did you mean '" + flag + "'?)");
+}
+
+}  // namespace ntp
