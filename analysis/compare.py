@@ -20,7 +20,7 @@ import sys
 import pandas as pd
 
 from . import metrics
-from .runfile import SUMMARY_KEYS, Run, SchemaError, load_run
+from .runfile import SUMMARY_KEYS, Run, load_or_say
 
 # Keys that differ between any two runs of one comparison and say nothing about its fairness.
 IGNORED_KEYS = ("policy", "out")
@@ -133,10 +133,8 @@ def main(args) -> int:
         return 2
     runs, recs, failed = [], [], False
     for path in args.runs:
-        try:
-            run = load_run(path)
-        except (SchemaError, OSError, KeyError) as e:
-            print(f"error: {e}", file=sys.stderr)
+        run = load_or_say(path)
+        if run is None:
             return 1
         rec = metrics.recompute(run)
         for p in metrics.compare(run, rec):

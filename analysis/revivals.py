@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 
-from .runfile import SchemaError, load_run
+from .runfile import load_or_say
 
 KINDS = ("spawn", "spare", "takeover")
 
@@ -58,10 +57,8 @@ def _median(values: list[float]) -> float:
 def main(args) -> int:
     every, copies = [], []
     for path in args.runs:
-        try:
-            run = load_run(path)
-        except (SchemaError, OSError, KeyError) as e:
-            print(f"error: {e}", file=sys.stderr)
+        run = load_or_say(path)
+        if run is None:
             return 1
         memcpy = float(run.attrs.get("memcpy_gbps", math.nan))
         copies.append(memcpy)

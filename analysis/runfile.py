@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,6 +146,15 @@ def empty_events() -> pd.DataFrame:
 # A running job's file can be read while it is written (ntpbench's writer takes no file lock,
 # results/README.md); a read that lands in the middle of a write fails, and is tried once more.
 RETRY_DELAY_S = 0.3
+
+
+def load_or_say(path: str | os.PathLike) -> Run | None:
+    """load_run, or None after printing why the file cannot be read (the commands then exit 1)."""
+    try:
+        return load_run(path)
+    except (SchemaError, OSError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
 
 
 def load_run(path: str | os.PathLike) -> Run:
