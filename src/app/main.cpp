@@ -15,6 +15,7 @@
 #include "fault.hpp"
 #include "launcher.hpp"
 #include "machine.hpp"
+#include "recorder.hpp"
 #include "run.hpp"
 
 namespace {
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   ntp::configure_heap();
+  ntp::set_command_line(argc, argv);
   int code = 0;
   try {
     // A replacement for a dead rank, started by the survivors: it has no command line of its own.

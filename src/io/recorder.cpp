@@ -373,6 +373,15 @@ std::vector<std::int64_t> read_steps_column(hid_t file, const std::string& field
   return out;
 }
 
+namespace {
+std::vector<std::string>& command_line() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+
+void set_command_line(int argc, char** argv) { command_line().assign(argv, argv + argc); }
+
 nlohmann::json environment_record() {
   auto env = [](const char* k) {
     const char* v = std::getenv(k);
@@ -388,7 +397,8 @@ nlohmann::json environment_record() {
           {"blas_core", std::string(openblas_get_corename())},
           {"blas_config", std::string(openblas_get_config())},
           {"OPENBLAS_CORETYPE", env("OPENBLAS_CORETYPE")},
-          {"OPENBLAS_L2_SIZE", env("OPENBLAS_L2_SIZE")}};
+          {"OPENBLAS_L2_SIZE", env("OPENBLAS_L2_SIZE")},
+          {"argv", nlohmann::json(command_line()).dump()}};
 }
 
 }  // namespace ntp

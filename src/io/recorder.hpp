@@ -141,7 +141,9 @@ class Recorder {
 // One integer column of a results file's /steps table (e.g. "samples").
 std::vector<std::int64_t> read_steps_column(hid_t file, const std::string& field);
 
-// Root attributes every run records: versions, hosts, BLAS core, environment.
+// Root attributes every run records: versions, hosts, BLAS core, environment, and the command line
+// given to set_command_line (main does, before anything else).
 nlohmann::json environment_record();
+void set_command_line(int argc, char** argv);
 
 }  // namespace ntp

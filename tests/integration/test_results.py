@@ -59,6 +59,8 @@ def test_schema(tmp_path):
         assert f["replicas/tp_degree"].shape == (n, 2) and f["replicas/tp_degree"].dtype == np.int32
         assert f["replicas/batch"].shape == (n, 2) and f["replicas/batch"].dtype == np.int32
         assert f["replicas/state"].shape == (n, 2) and f["replicas/state"].dtype == np.int8
+        argv = json.loads(f.attrs["argv"])  # the command line as typed, beside the resolved config
+        assert argv[0].endswith("ntpbench") and argv[argv.index("--steps") + 1] == "5", argv
         p = f["ranks/phase_times"]
         assert p.attrs["phases"].split(",") == ["forward", "backward", "tp_comm", "dp_comm", "pp_comm", "reshard",
                                                 "optimizer", "recovery", "revival", "idle", "other"]
