@@ -1,7 +1,5 @@
 #include "spares.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <map>
 
@@ -131,7 +129,6 @@ bool SparePool::any_trainer() const {
 }
 
 int run_spare(SparePool& pool) {
-  pool.comm().gather(fmt::format("{} {}", static_cast<long long>(getpid()), host_name()), 0);
   for (;;) {
     nlohmann::json plan;
     try {

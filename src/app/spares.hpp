@@ -71,7 +71,7 @@ class SparePool {
   std::vector<int> keys_;  // every live member's key, in pool order
 };
 
-// A spare's life, from job start: it tells the recorder its process, then waits in the pool. Once
+// A spare's life, once the recorder knows its process (run_training): it waits in the pool. Once
 // handed a rank it trains to the end and returns the run's exit code; else it returns 0 when the
 // trainers end the run (or none is left).
 int run_spare(SparePool& pool);
