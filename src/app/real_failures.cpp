@@ -260,8 +260,8 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
                                      "revival is scheduled",
                                      s, dead, o_.policy));
       }
-      if (root()) record_->record_repair(s, schedule_, repairs, lost, {t_attempt, -times[1], times[0], times[2]}, f);
       if (root()) {
+        record_->record_repair(s, schedule_, repairs, lost, {t_attempt, -times[1], times[0], times[2]}, f);
         std::vector<SpareHandover> gone;
         for (int key : spares_lost) gone.push_back({spares_->spare_number(key), spares_->host_of_spare(key), -1});
         record_->record_spares_lost(s, -times[1], gone);
