@@ -157,6 +157,12 @@ def test_with_no_spare_left_a_revival_spawns(tmp_path):
     assert [(r[0], r[1], r[2]) for r in rows] == [("3", "spare", "1"), ("5", "spawn", "-1")], p.stdout
     assert all(float(r[4]) > 0 and float(r[6]) > 0 for r in rows), p.stdout  # a heal and its bandwidth each
     assert "spare       1 revival(s)" in p.stdout and "spawn       1 revival(s)" in p.stdout, p.stdout
+    # The report's recovery columns name both: the spawn's seconds and the spare's.
+    p = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    head, _, row = p.stdout.splitlines()[:3]
+    cells = dict(zip([h.strip() for h in head.split("  ") if h.strip()], row.split()))
+    assert float(cells["spawn s"]) > 0.1 and 0 < float(cells["spare s"]) < float(cells["spawn s"]), p.stdout
 
 
 @pytest.mark.parametrize("flags, message", [
