@@ -36,7 +36,7 @@ class DataFile : public ::testing::Test {
     std::vector<char> b(1024 + toks.size() * sizeof(Tok), 0);
     const std::int32_t head[3] = {magic, version, static_cast<std::int32_t>(count)};
     std::memcpy(b.data(), head, sizeof head);
-    std::memcpy(b.data() + 1024, toks.data(), toks.size() * sizeof(Tok));
+    if (!toks.empty()) std::memcpy(b.data() + 1024, toks.data(), toks.size() * sizeof(Tok));  // data() may be null
     return write(name, b);
   }
   template <class Tok>
