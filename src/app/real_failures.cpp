@@ -165,8 +165,11 @@ double TrainingRun::take_over(int s, const std::vector<int>& lost) {
   std::vector<int> dead;
   for (int r : lost)
     if (!alive_[r]) dead.push_back(r);
-  std::vector<int> served;
+  std::vector<int> served, unserved;
   for (const auto& [key, rank] : spares_->choose(dead, hosts_)) served.push_back(rank);
+  for (int r : dead)
+    if (std::find(served.begin(), served.end(), r) == served.end()) unserved.push_back(r);
+  if (root() && !unserved.empty()) record_->record_no_spare(s, now(), unserved);
   return served.empty() ? 0 : revive(s, served);
 }
 

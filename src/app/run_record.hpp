@@ -93,7 +93,7 @@ class RunRecord {
   // repair of the deaths, else at the revival). Its events and line.
   void record_revival(int s, double t_event, double seconds, const std::vector<int>& ranks,
                       const std::vector<SpareHandover>& spares, bool takeover);
-  // On a job of several hosts, no spare was left for `ranks`: they stay dead.
+  // No spare was left for `ranks` (a takeover, or a revival on a job of several hosts): they stay dead.
   void record_no_spare(int s, double t, const std::vector<int>& ranks);
   void record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost);
   // The root attribute `spares`: each spare's "pid host" at job start, in job order.

@@ -108,7 +108,12 @@ std::vector<std::pair<int, int>> SparePool::choose(const std::vector<int>& ranks
     else
       homeless[h].push_back(r);
   }
-  for (const auto& [host, on] : homeless) {
+  // The hosts that lost the most ranks first (a dead node before a rank that died with it
+  // elsewhere), so a spare host goes to a whole scale-up domain rather than to a stray rank.
+  std::vector<std::pair<std::string, std::vector<int>>> by_size(homeless.begin(), homeless.end());
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+  for (const auto& [host, on] : by_size) {
     // One whole spare host takes every rank of this host: its TP groups stay inside a host.
     std::string into;
     for (const auto& s : whole_spare_hosts_) {
