@@ -106,6 +106,7 @@ std::vector<long> shape_of(hid_t loc, const std::string& name) {
   Handle ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + name);
   Handle space(H5Dget_space(ds), H5Sclose, "dataspace of " + name);
   const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 0) throw std::runtime_error("HDF5: dataspace of " + name + " is unreadable");
   std::vector<hsize_t> dims(rank);
   H5Sget_simple_extent_dims(space, dims.data(), nullptr);
   return std::vector<long>(dims.begin(), dims.end());
@@ -155,11 +156,20 @@ void write_attr(hid_t loc, const std::string& obj, const std::string& name, hid_
            "create attribute " + name);
   checked(H5Awrite(a, mem_type, value), "write attribute " + name, 0);
 }
+// Every attribute ntpbench reads holds one value, read into a buffer of one value: H5Aread writes
+// as many values as the file's dataspace says, so an attribute of a damaged or foreign file that
+// holds several would write past that buffer (fuzz_checkpoint found it: a stack overflow).
 Handle open_attr(hid_t loc, const std::string& obj, const std::string& name) {
   Handle o = open_for_attr(loc, obj);
   if (H5Aexists(o, name.c_str()) <= 0)
     throw std::runtime_error("HDF5: attribute '" + name + "' missing on " + obj);
-  return Handle(H5Aopen(o, name.c_str(), H5P_DEFAULT), H5Aclose, "open attribute " + name);
+  Handle a(H5Aopen(o, name.c_str(), H5P_DEFAULT), H5Aclose, "open attribute " + name);
+  Handle space(H5Aget_space(a), H5Sclose, "dataspace of attribute " + name);
+  const hssize_t values = H5Sget_simple_extent_npoints(space);
+  if (values != 1)
+    throw std::runtime_error("HDF5: attribute '" + name + "' on " + obj + " holds " + std::to_string(values) +
+                             " values, expected one");
+  return a;
 }
 }  // namespace
 

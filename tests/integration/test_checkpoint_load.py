@@ -81,3 +81,20 @@ def test_damaged_checkpoint_found_by_fuzzing_is_refused(tmp_path):
     assert p.returncode != 0, p.stdout
     assert "dataset 'wpe' does not hold 32- or 64-bit IEEE floating-point numbers" in p.stderr, p.stderr
     assert "done:" not in p.stdout
+
+
+@pytest.mark.parametrize("attr, values", [("step", np.arange(3000, dtype=np.int64)),
+                                          ("layers", np.full(3000, 2, dtype=np.int64)),
+                                          ("model", np.array([b"gpt2"] * 3000))])
+def test_attribute_holding_many_values_is_refused(tmp_path, checkpoint, attr, values):
+    # H5Aread writes as many values as the file says: into a one-value buffer, that overflowed the
+    # stack (fuzz_checkpoint's find, fuzz/regressions/checkpoint/attr-step-holds-3000-values.h5).
+    bad = tmp_path / "many.h5"
+    bad.write_bytes(open(checkpoint, "rb").read())
+    with h5py.File(bad, "r+") as f:
+        del f.attrs[attr]
+        f.attrs[attr] = values
+    p = load(bad, tmp_path / "resumed.h5")
+    assert p.returncode != 0, p.stdout
+    assert f"attribute '{attr}' on / holds 3000 values, expected one" in p.stderr, p.stderr
+    assert "done:" not in p.stdout
