@@ -55,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo clean help bench bench-bestblas bench-spares
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo readme-demo clean help bench bench-bestblas bench-spares
 
 all: build
 
@@ -70,6 +70,7 @@ help:
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
 	@echo "make bench-spares  a spare takeover against a spawned revival in one run, and heal bandwidth against memcpy"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
+	@echo "make readme-demo  rewrite the README's \`make demo\` block from the last demo's results/demo/report.txt and replay.txt"
 	@echo "make soak    $(RANKS) ranks of tiny under random failures (jobs/schedules/soak.yaml), every policy, SOAK_STEPS=$(SOAK_STEPS) steps: finishes, replays, memory and fds flat (under real kills: beyond what Open MPI keeps per replaced process, measured first by bench/ulfm_respawn_cost)"
 	@echo "make gpu-bundle  build-gpu/ + gpu-bundle/: the GPU check's binaries (CUDA arch 90) and every library they need (jobs/gpu/README.md)"
 
@@ -164,9 +165,15 @@ demo: deps build
 	  echo "== policy $$p"; \
 	  $(MPIRUN) -np $(RANKS) $(NTPBENCH) $(DEMO_FLAGS) --policy $$p --out results/demo/$$p.h5 || exit 1; \
 	done
-	$(NTPBENCH) --replay results/demo/ntp.h5 --quiet
-	$(PY) -m analysis report $(DEMO_POLICIES:%=results/demo/%.h5) --csv results/demo/report.csv
+	@$(NTPBENCH) --replay results/demo/ntp.h5 --quiet > results/demo/replay.txt; rc=$$?; cat results/demo/replay.txt; exit $$rc
+	@$(PY) -m analysis report $(DEMO_POLICIES:%=results/demo/%.h5) --csv results/demo/report.csv > results/demo/report.txt; \
+	  rc=$$?; cat results/demo/report.txt; exit $$rc
 	$(PY) -m analysis plot $(DEMO_POLICIES:%=results/demo/%.h5) --out results/demo/plots
+
+# The README's `make demo` block, rewritten from the last `make demo`'s report.txt and replay.txt
+# (analysis/readme_demo.py; analysis/tests/test_readme_demo.py checks that it matches the report).
+readme-demo: py-deps
+	$(PY) -m analysis.readme_demo README.md results/demo
 
 # The soak (issue 14): 8 ranks of tiny under jobs/schedules/soak.yaml's random failures (a rank
 # fails every 100 steps on average, back 5 steps later), once per policy, killed for real

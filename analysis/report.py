@@ -29,17 +29,34 @@ COLUMNS = [
     ("ettr", "ETTR", "{:.3f}"),
     ("mfu", "MFU", "{:.4f}"),
     ("recovery_lost_seconds", "lost s", "{:.3f}"),
+    ("recovery_recompute_seconds", "recomp s", "{:.3f}"),
+    ("recovery_seconds", "recov s", "{:.3f}"),
     ("recovery_repair_seconds", "repair s", "{:.3f}"),
     ("recovery_detect_seconds", "detect s", "{:.3f}"),
     ("recovery_reconfigure_seconds", "reconf s", "{:.3f}"),
     ("recovery_spawn_seconds", "spawn s", "{:.3f}"),
     ("recovery_spare_seconds", "spare s", "{:.3f}"),
     ("recovery_heal_seconds", "heal s", "{:.3f}"),
-    ("recovery_recompute_seconds", "recomp s", "{:.3f}"),
+    ("recovery_unnamed_seconds", "other s", "{:.3f}"),
     ("heal_bytes", "heal bytes", "{:.3g}"),
     ("paced_overrun_steps", "overrun", "{:d}"),
     ("status", "status", "{}"),
 ]
+
+
+# What recovery_seconds (recov s: the time steps spent recovering before they trained, on the
+# recording rank's clock) is made of. Each part is the slowest rank's (/events), so `other s`, what
+# no part names, is a few ms either way: below 0 when a slower rank's part outlasted the recording
+# rank's. `lost s` and `recomp s` are not part of it: they are work thrown away (an interrupted
+# attempt; the steps a restart rolls back and redoes).
+RECOVERY_PARTS = ["recovery_repair_seconds", "recovery_detect_seconds", "recovery_reconfigure_seconds",
+                  "recovery_spawn_seconds", "recovery_spare_seconds", "recovery_heal_seconds"]
+
+RECOVERY_FOOTNOTE = (
+    "recov s = repair s + detect s + reconf s + spawn s + spare s + heal s + other s\n"
+    "  each part is its slowest rank's and recov s the recording rank's; other s is what no part names (below 0\n"
+    "  when a slower rank's part outlasted the recording rank's); lost s and recomp s, work thrown away (an\n"
+    "  interrupted attempt; steps a restart redoes), are not in recov s")
 
 
 def failure_events(run) -> list[dict]:
@@ -107,6 +124,8 @@ def run_row(path: str) -> tuple[dict, list[str]]:
            "tp": run.tp, "pp": run.pp, "dp": run.dp, "ranks": run.ranks, "timing": run.attrs.get("timing", "?"),
            "complete": run.complete}
     row.update(rec)
+    unnamed = rec["recovery_seconds"] - sum(rec[c] for c in RECOVERY_PARTS)
+    row["recovery_unnamed_seconds"] = unnamed if abs(unnamed) > 1e-9 else 0.0  # not "-0.000" for rounding
     row["failure_events"] = failure_events(run)
     row["status"] = status
     return row, problems
@@ -151,6 +170,7 @@ def main(args) -> int:
         failed |= bool(problems)
     if rows:
         print(format_table(rows))
+        print(RECOVERY_FOOTNOTE)
         for r in rows:
             if r["failure_events"]:
                 print()

@@ -6,13 +6,15 @@ run still computes exactly what one rank computes on the committed steps (--repl
 MPI has no ULFM (`make MPI=system`): there kills are fenced and test_policies.py covers them. With
 NTPBENCH_REQUIRE_ULFM=1 (CI's `make test`) each test fails there instead.
 """
+import json
 import os
+import subprocess
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, steps
+from conftest import ROOT, events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, steps
 
 pytestmark = needs_ulfm
 
@@ -76,6 +78,16 @@ def test_every_policy_with_a_real_kill(tmp_path, policy):
     assert steps(out)["samples"].tolist() == EXPECTED[policy]
     check_new_process(out, 3)
     replay(out)
+    # The report's recovery columns add up: recov s is its parts plus a few ms no part names.
+    rep = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out), "--json",
+                          str(tmp_path / "report.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    row = json.loads((tmp_path / "report.json").read_text())[0]
+    parts = ["repair", "detect", "reconfigure", "spawn", "spare", "heal"]
+    assert row["recovery_spawn_seconds"] > 0 and row["recovery_repair_seconds"] > 0, row
+    named = sum(row[f"recovery_{p}_seconds"] for p in parts)
+    assert abs(row["recovery_seconds"] - named) <= 0.05 + 0.05 * row["recovery_seconds"], (row["recovery_seconds"], named)
+    assert row["recovery_unnamed_seconds"] == pytest.approx(row["recovery_seconds"] - named)
 
 
 def test_two_ranks_in_different_replicas_in_one_step(tmp_path):
