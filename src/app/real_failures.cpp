@@ -245,6 +245,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       std::vector<int> lost;
       for (int r : before)
         if (!alive_[r]) lost.push_back(r);
+      const std::vector<HangTimes> hung = settle_hung(lost);
       if (root()) {  // before the reconfiguration, so that a missing row shows the step as it ran
         if (!record_) take_over_recorder(lost);
         record_->write_missing_row(finished_, group_->size());  // the previous step's, if a failure kept it out
@@ -264,7 +265,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
                                      s, dead, o_.policy));
       }
       if (root()) {
-        record_->record_repair(s, schedule_, repairs, lost, {t_attempt, -times[1], times[0], times[2]}, f);
+        record_->record_repair(s, schedule_, repairs, lost, {t_attempt, -times[1], times[0], times[2]}, f, hung);
         std::vector<SpareHandover> gone;
         for (int key : spares_lost) gone.push_back({spares_->spare_number(key), spares_->host_of_spare(key), -1});
         record_->record_spares_lost(s, -times[1], gone);
@@ -278,6 +279,22 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       t_notice = now();
     }
   }
+}
+
+// A rank MPI reported failed may have been hung, not dead: the survivors of its host know
+// (HangWatch::settle); the group agrees on when it froze and when it was declared hung.
+std::vector<HangTimes> TrainingRun::settle_hung(const std::vector<int>& lost) {
+  std::vector<double> t(2 * lost.size(), -1);
+  if (hang_watch_)
+    for (std::size_t i = 0; i < lost.size(); ++i)
+      if (const auto h = hang_watch_->settle(lost[i])) {
+        const double at = now();
+        t[2 * i] = at - h->froze_ago, t[2 * i + 1] = at - h->declared_ago;
+      }
+  if (!lost.empty()) group_->allreduce_max(t.data(), static_cast<int>(t.size()));
+  std::vector<HangTimes> out;
+  for (std::size_t i = 0; i < lost.size(); ++i) out.push_back({t[2 * i], t[2 * i + 1]});
+  return out;
 }
 
 // Right after a shrink: every member of `before` that is gone and had no kill event in this step

@@ -215,7 +215,8 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
 }
 
 void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector<std::pair<int, int>>& repairs,
-                              const std::vector<int>& lost, const RepairTimes& t, const RecoveryFigures& f) {
+                              const std::vector<int>& lost, const RepairTimes& t, const RecoveryFigures& f,
+                              const std::vector<HangTimes>& hung) {
   const StepEvents& sched = schedule.at(s);
   for (const auto& [r, back] : repairs)
     fmt::print("step {:5d}: rank {} died unscheduled: back at step {} (the schedule's repair_steps {})\n", s, r, back,
@@ -229,12 +230,30 @@ void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector
     for (int r : lost)
       if (hosts_[r] == h && (ev.nodes_killed.empty() || ev.nodes_killed.back() != h)) ev.nodes_killed.push_back(h);
   std::vector<std::string> how;
-  for (int r : lost) {
+  for (std::size_t i = 0; i < lost.size(); ++i) {
+    const int r = lost[i];
     rec_->incarnation_end(r, t.first);
     auto it = std::find(sched.kill.begin(), sched.kill.end(), r);
-    how.push_back(it == sched.kill.end()
-                      ? std::string("unscheduled: the process died")
-                      : fmt::format("scheduled: SIGKILL at {}", kill_at_name(sched.kill_at[it - sched.kill.begin()])));
+    const bool scheduled = it != sched.kill.end();
+    const std::string at = scheduled ? kill_at_name(sched.kill_at[it - sched.kill.begin()]) : "";
+    const bool hang_scheduled = scheduled && sched.kill_hangs[it - sched.kill.begin()];
+    if (!hung[i].hung()) {
+      how.push_back(!scheduled       ? std::string("unscheduled: the process died")
+                    : hang_scheduled ? fmt::format("scheduled: SIGSTOP at {} (a hang; no peer of its host ended it)", at)
+                                     : fmt::format("scheduled: SIGKILL at {}", at));
+      continue;
+    }
+    // Hung: a peer of its host saw its heartbeat stop, declared it hung and ended it (SIGKILL).
+    how.push_back(scheduled ? fmt::format("scheduled: SIGSTOP at {} (a hang), fenced", at)
+                            : std::string("unscheduled: the process stopped answering (hung), fenced"));
+    const double latency = hung[i].declared - hung[i].froze;
+    rec_->event(make_event(hung[i].declared, s, "hang", r, trainer_.topology().replica_of_rank(r), 0, latency,
+                           fmt::format("last heartbeat at {:.3f} s; declared hung {:.3f} s later (--failure-timeout "
+                                       "{:g} s) and its process ended (SIGKILL)",
+                                       hung[i].froze, latency, o_.failure_timeout)));
+    fmt::print("step {:5d}: rank {} stopped answering{} (last heartbeat {:.2f} s before it was declared hung; "
+               "--failure-timeout {:g} s): its process was ended (SIGKILL)\n",
+               s, r, scheduled ? fmt::format(" at {} (scheduled hang)", at) : "", latency, o_.failure_timeout);
   }
   rec_->event(make_event(t.first, s, "lost", -1, -1, 0, t.first - t.t_attempt,
                          "the interrupted attempt's time until the first survivor noticed"));

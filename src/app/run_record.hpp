@@ -52,6 +52,13 @@ struct SpareHandover {
   int rank = -1;
 };
 
+// A rank found hung (hang_watch.hpp), in run seconds: its last heartbeat and when a peer of its
+// host declared it hung and ended it; both < 0 for a rank that died.
+struct HangTimes {
+  double froze = -1, declared = -1;
+  bool hung() const { return declared >= 0; }
+};
+
 class RunRecord {
  public:
   // The run's facts live in the TrainingRun, which outlives its record. ranks: the job's logical
@@ -86,9 +93,11 @@ class RunRecord {
   void record_recovery(int s, const StepEvents& ev, const RecoveryFigures& f, double t_event,
                        const std::vector<std::string>* kill_details = nullptr, double t_kill = -1);
   // A repair after the deaths of `lost` in step s (repairs: the unscheduled deaths and the step
-  // each comes back at), then its reconfiguration.
+  // each comes back at), then its reconfiguration. hung: for each of `lost`, when it froze and was
+  // declared hung, if it was (TrainingRun::settle_hung).
   void record_repair(int s, const Schedule& schedule, const std::vector<std::pair<int, int>>& repairs,
-                     const std::vector<int>& lost, const RepairTimes& t, const RecoveryFigures& f);
+                     const std::vector<int>& lost, const RepairTimes& t, const RecoveryFigures& f,
+                     const std::vector<HangTimes>& hung);
   // Processes took `ranks` at step s in `seconds`: new ones spawned, or `spares` (takeover: in the
   // repair of the deaths, else at the revival). Its events and line.
   void record_revival(int s, double t_event, double seconds, const std::vector<int>& ranks,

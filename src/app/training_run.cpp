@@ -64,13 +64,6 @@ const char* step_point_name(StepPoint p) {
   }
 }
 
-// A scheduled kill in signal mode: the process ends here, as a crashed GPU's host process would.
-[[noreturn]] void die() {
-  std::fflush(nullptr);
-  raise(SIGKILL);
-  std::abort();  // not reached
-}
-
 }  // namespace
 
 Peak find_peak(const Options& o, Comm& world, int threads) {
@@ -96,13 +89,25 @@ void TrainingRun::hook_into_steps() {
                                             : 0;
   hang_limit_ = o_.hang_timeout > 0 ? std::max(o_.hang_timeout, 20 * predicted) : 0;
   if (signal()) trainer_->set_commit_agreement(true);
+  if (signal()) hang_watch_ = std::make_unique<HangWatch>(hang_job_key(o_.out), me_, o_.failure_timeout);
   trainer_->set_step_hook([this](StepPoint p) {
     progress(step_, step_point_name(p));
     if (doom_ && *doom_ != KillAt::Start && step_point(*doom_) == p) die();
   });
 }
 
+// A scheduled kill in signal mode: the process ends here, as a crashed GPU's host process would. A
+// scheduled hang stops it here instead, every thread with it, until a survivor of its host ends it
+// (hang_watch.hpp); continued before that (kill -CONT), it is no longer the job's: it dies all the same.
+[[noreturn]] void TrainingRun::die() {
+  std::fflush(nullptr);
+  if (doom_hangs_) raise(SIGSTOP);
+  raise(SIGKILL);
+  std::abort();  // not reached
+}
+
 void TrainingRun::progress(int s, const char* what) {
+  if (hang_watch_) hang_watch_->progress(s, what);
   if (hang_limit_ <= 0) return;
   watchdog_.arm(hang_limit_,
                 fmt::format("rank {} made no progress for {:.0f} s in step {} ({}): a peer has stopped without "
@@ -173,7 +178,7 @@ double TrainingRun::apply_events(int s) {
   // to revive are new processes. A kill of a rank already dead (an unscheduled death) is moot, as
   // is a revival of one that lives.
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
-    if (ev.kill[i] == me_) doom_ = ev.kill_at[i];
+    if (ev.kill[i] == me_) doom_ = ev.kill_at[i], doom_hangs_ = ev.kill_hangs[i];
   std::vector<int> back;
   for (int r : ev.revive)
     if (!alive_[r]) back.push_back(r);

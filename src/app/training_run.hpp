@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "machine.hpp"
+#include "hang_watch.hpp"
 #include "recorder.hpp"
 #include "run_record.hpp"
 #include "schedule.hpp"
@@ -114,6 +115,11 @@ class TrainingRun {
   StepResult attempt(int s, double t_start, double recovery_seconds, double& idle_seconds);
   void report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds);
   double recover(int s, const PeerFailure& e, double t_attempt);
+  // After a repair, which of `lost` were hung (hang_watch.hpp): for each, the run times at which it
+  // froze (its last heartbeat) and was declared hung, or -1 where it died (or no survivor shared
+  // its host). Collective: the group agrees.
+  std::vector<HangTimes> settle_hung(const std::vector<int>& lost);
+  [[noreturn]] void die();
   std::vector<std::pair<int, int>> repair_unscheduled(int s, const std::vector<int>& before);
   double revive(int s, const std::vector<int>& ranks);
   JoinMessage join_message(int s, const std::vector<int>& ranks) const;
@@ -147,6 +153,9 @@ class TrainingRun {
   std::vector<char> alive_;
   int recorder_ = 0;  // logical rank holding the results file
   std::optional<KillAt> doom_;  // signal mode: this rank's scheduled death in the current step
+  bool doom_hangs_ = false;     // ... which is a hang: the process stops (SIGSTOP) instead of dying
+  // Signal mode: this rank's heartbeat and progress, and its watch over its host's other ranks.
+  std::unique_ptr<HangWatch> hang_watch_;
   StepResult last_;             // this rank's latest step result
   // This rank's last finished attempt: the row a failure kept out of the results file (a failed
   // metrics gather, a recorder that died) is written from it by whoever then holds the file.

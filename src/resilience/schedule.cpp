@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -79,6 +80,7 @@ struct RawEvent {
   YAML::Node node;
   KillAt at = KillAt::Start;
   std::string host;  // the kill_node / revive_node it came from, else empty
+  bool hang = false;  // a `hang:` entry: a kill whose process stops instead of dying
 };
 
 constexpr const char* kPhases[] = {"start", "forward", "backward", "sync", "optimizer"};
@@ -112,7 +114,7 @@ std::vector<int> ranks_on(const Ctx& c, const YAML::Node& n, const std::vector<s
 // The ranks one event names under `kind` (kill, revive) and node_kind (kill_node, revive_node).
 void read_targets(const Ctx& c, const YAML::Node& e, int step, KillAt at, const std::vector<std::string>& hosts,
                   int world_size, std::vector<RawEvent>& raw) {
-  for (const char* kind : {"kill", "revive"}) {
+  for (const std::string kind : {"kill", "hang", "revive"}) {
     const auto list = e[kind];
     if (!list) continue;
     if (!list.IsSequence()) c.fail(list, fmt::format("'{}' must be a list of ranks, e.g. [3]", kind));
@@ -120,7 +122,7 @@ void read_targets(const Ctx& c, const YAML::Node& e, int step, KillAt at, const 
       const long long rank = c.integer(r, "rank");
       if (rank < 0 || rank >= world_size)
         c.fail(r, fmt::format("rank {} does not exist (this job has ranks 0..{})", rank, world_size - 1));
-      raw.push_back({step, std::string(kind) == "kill", int(rank), r, at});
+      raw.push_back({step, kind != "revive", int(rank), r, at, "", kind == "hang"});
     }
   }
   for (const char* kind : {"kill_node", "revive_node"}) {
@@ -135,16 +137,17 @@ void read_targets(const Ctx& c, const YAML::Node& e, int step, KillAt at, const 
 std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_size, int steps,
                                   const std::vector<std::string>& hosts) {
   std::vector<RawEvent> raw;
-  if (!ev.IsSequence()) c.fail(ev, "'events' must be a list of {step: N, kill: [...]} / {step: N, revive: [...]}");
+  if (!ev.IsSequence())
+    c.fail(ev, "'events' must be a list of {step: N, kill: [...]} / {step: N, hang: [...]} / {step: N, revive: [...]}");
   for (const auto& e : ev) {
     if (!e.IsMap()) c.fail(e, "each event is a mapping like {step: 10, kill: [3]}");
-    c.only_keys(e, {"step", "kill", "revive", "kill_node", "revive_node", "at"}, "an event");
+    c.only_keys(e, {"step", "kill", "hang", "revive", "kill_node", "revive_node", "at"}, "an event");
     if (!e["step"]) c.fail(e, "event without 'step'");
     const long long step = c.integer(e["step"], "step");
     if (step < 1 || step > steps) c.fail(e["step"], fmt::format("step {} is outside the run (steps 1..{})", step, steps));
-    if (!e["kill"] && !e["revive"] && !e["kill_node"] && !e["revive_node"])
-      c.fail(e, "event has none of 'kill', 'revive', 'kill_node', 'revive_node'");
-    if (e["at"] && !e["kill"] && !e["kill_node"]) c.fail(e["at"], "'at' belongs to a kill");
+    if (!e["kill"] && !e["hang"] && !e["revive"] && !e["kill_node"] && !e["revive_node"])
+      c.fail(e, "event has none of 'kill', 'hang', 'revive', 'kill_node', 'revive_node'");
+    if (e["at"] && !e["kill"] && !e["hang"] && !e["kill_node"]) c.fail(e["at"], "'at' belongs to a kill or a hang");
     const KillAt at = e["at"] ? KillAt(read_phase(c, e["at"], false)) : KillAt::Start;
     read_targets(c, e, int(step), at, hosts, world_size, raw);
   }
@@ -167,7 +170,7 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
       alive[r.rank] = !r.kill;
       auto& se = events[step];
       (r.kill ? se.kill : se.revive).push_back(r.rank);
-      if (r.kill) se.kill_at.push_back(r.at);
+      if (r.kill) se.kill_at.push_back(r.at), se.kill_hangs.push_back(r.hang);
       auto& nodes = r.kill ? se.nodes_killed : se.nodes_revived;
       if (!r.host.empty() && std::find(nodes.begin(), nodes.end(), r.host) == nodes.end()) nodes.push_back(r.host);
     }
@@ -180,7 +183,7 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
 int add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int>& explicit_ranks, int world_size,
                         int steps, std::map<int, StepEvents>& events) {
   if (!rnd.IsMap()) c.fail(rnd, "'random' must be a mapping {mtbf_steps: ..., repair_steps: ..., seed: ...}");
-  c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed", "at"}, "'random'");
+  c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed", "at", "hang_fraction"}, "'random'");
   for (const char* k : {"mtbf_steps", "repair_steps", "seed"})
     if (!rnd[k]) c.fail(rnd, fmt::format("'random' needs '{}'", k));
   const double mtbf = c.number(rnd["mtbf_steps"], "mtbf_steps");
@@ -190,16 +193,21 @@ int add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int>
   const long long seed = c.integer(rnd["seed"], "seed");
   if (seed < 0) c.fail(rnd["seed"], "seed must not be negative");
   const int phase = rnd["at"] ? read_phase(c, rnd["at"], true) : 0;
+  const double hang_fraction = rnd["hang_fraction"] ? c.number(rnd["hang_fraction"], "hang_fraction") : 0;
+  if (!(hang_fraction >= 0 && hang_fraction <= 1))
+    c.fail(rnd["hang_fraction"], "hang_fraction is a share of the failures, from 0 to 1");
   std::mt19937_64 rng(static_cast<std::uint64_t>(seed));
   std::uniform_real_distribution<double> u(0.0, 1.0);
   // The phases come from a stream of their own, so adding `at` leaves the failure times as they were.
   std::mt19937_64 phase_rng(static_cast<std::uint64_t>(seed) ^ 0x9e3779b97f4a7c15ULL);
+  std::mt19937_64 hang_rng(static_cast<std::uint64_t>(seed) ^ 0xc2b2ae3d27d4eb4fULL);  // likewise for hangs
   for (int r = 0; r < world_size; ++r) {
     if (explicit_ranks.count(r)) continue;
     for (int step = 1; step <= steps; ++step) {
       if (u(rng) >= 1.0 / mtbf) continue;
       events[step].kill.push_back(r);
       events[step].kill_at.push_back(KillAt(phase >= 0 ? phase : int(phase_rng() % 5)));
+      events[step].kill_hangs.push_back(hang_fraction > 0 && u(hang_rng) < hang_fraction);
       const long long back = step + repair;
       if (back > steps) break;  // down for the rest of the run (repair_steps may exceed any int)
       events[int(back)].revive.push_back(r);
@@ -243,10 +251,10 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
   if (const auto rnd = root["random"])
     s.repair_steps_ = add_random_failures(c, rnd, explicit_ranks, world_size, steps, s.events_);
   for (auto& [step, e] : s.events_) {
-    std::vector<std::pair<int, KillAt>> kills;
-    for (std::size_t i = 0; i < e.kill.size(); ++i) kills.emplace_back(e.kill[i], e.kill_at[i]);
+    std::vector<std::tuple<int, KillAt, char>> kills;
+    for (std::size_t i = 0; i < e.kill.size(); ++i) kills.emplace_back(e.kill[i], e.kill_at[i], e.kill_hangs[i]);
     std::sort(kills.begin(), kills.end());
-    for (std::size_t i = 0; i < kills.size(); ++i) e.kill[i] = kills[i].first, e.kill_at[i] = kills[i].second;
+    for (std::size_t i = 0; i < kills.size(); ++i) std::tie(e.kill[i], e.kill_at[i], e.kill_hangs[i]) = kills[i];
     std::sort(e.revive.begin(), e.revive.end());
     std::sort(e.nodes_killed.begin(), e.nodes_killed.end());
     std::sort(e.nodes_revived.begin(), e.nodes_revived.end());

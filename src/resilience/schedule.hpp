@@ -4,6 +4,7 @@
 //   events:                      # explicit, logical ranks (numbered as at job start)
 //     - {step: 10, kill: [3]}    # takes effect at the start of the step
 //     - {step: 12, kill: [5], at: backward}   # --kill-mode signal: dies inside the step
+//     - {step: 14, hang: [6], at: forward}    # stops answering there (SIGSTOP), found and fenced
 //     - {step: 40, revive: [3]}
 //     - {step: 8, kill_node: node2}          # every rank on host node2 (a node failure)
 //     - {step: 20, revive_node: node2}       # new processes for them, placed on node2
@@ -12,10 +13,14 @@
 //     repair_steps: 20           # a failed rank is revived this many steps later (also an unscheduled death)
 //     seed: 7
 //     at: any                    # optional: the phase of its kills (default start; any: drawn)
+//     hang_fraction: 0.25        # optional: the share of its failures that are hangs (default 0)
 //
 // `at` (signal kill mode; fence kills always act at the start): start (before the step's first
 // collective), forward, backward, sync (inside the gradient sync), optimizer (after the sync,
 // before the update).
+// A hang is a kill whose process stops instead of dying (every thread stopped, as `kill -STOP`):
+// under --kill-mode signal, MPI's failure detector finds it within --failure-timeout and a survivor
+// on its host ends it (SIGKILL); from there it is a death. Under --kill-mode fence it is a kill.
 // kill_node / revive_node name a host as the ranks report it (gethostname; Slurm's node name on a
 // cluster): they stand for the logical ranks that ran on that host at job start, resolved with
 // `hosts` (one per logical rank), which the program gathers after start-up.
@@ -38,6 +43,7 @@ const char* kill_at_name(KillAt at);
 struct StepEvents {
   std::vector<int> kill, revive;  // logical ranks, ascending
   std::vector<KillAt> kill_at;    // the phase of each kill, parallel to `kill`
+  std::vector<char> kill_hangs;   // 1 where that kill is a hang (the process stops, not dies)
   std::vector<std::string> nodes_killed, nodes_revived;  // kill_node / revive_node hosts, ascending
 };
 

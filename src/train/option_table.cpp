@@ -189,6 +189,14 @@ std::vector<OptionSpec> failure_options() {
                "the longest step so far and to 20x the step the model's FLOPs predict at the peak. 0: wait for "
                "ever",
        .check = Check::NonNegative, .missing = Missing::Default},
+      {.flag = "--failure-timeout", .key = "failure_timeout", .field = NTP_FIELD(failure_timeout),
+       .help = "Seconds without a heartbeat after which Open MPI's failure detector declares a rank failed "
+               "(--kill-mode signal): a rank that stops answering (kill -STOP, a schedule's `hang`) is then "
+               "fenced (SIGKILL, by a survivor on its host) and recovered from like a death. The heartbeats come "
+               "from a thread of MPI's own, so a long step, checkpoint or heal never looks hung. Must be on the "
+               "command line (MPI reads it at start-up, before a --config file). Under --kill-mode fence or "
+               "without ULFM nothing detects a hung rank: the watchdog (--hang-timeout) ends the job, exit code 5",
+       .check = Check::Positive, .missing = Missing::Default},
       {.flag = "--spares-per-host", .key = "spares/per_host", .field = NTP_FIELD(spares_per_host),
        .help = "Spare processes: the last K processes of every host train nothing and replace a dead rank of that "
                "host (--spare-use); start the job with that many more processes than TP x PP x DP",

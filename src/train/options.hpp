@@ -49,6 +49,7 @@ struct Options {
   // this long, or 10x its longest step so far if that is more, ends the job (exit code 5): the way
   // out of a hang no error ends. 0: never.
   double hang_timeout = 600;
+  double failure_timeout = 10;  // MPI's failure detector (failure_detector.hpp); set before MPI_Init
   // Spare processes (app/spares.hpp): the last K processes of every host, and every process of
   // the last H hosts, hold no training state and replace dead ranks: at their revival (revive) or
   // in the repair of the death itself (takeover).
