@@ -38,6 +38,8 @@ COLUMNS = [
     ("recovery_spare_seconds", "spare s", "{:.3f}"),
     ("recovery_heal_seconds", "heal s", "{:.3f}"),
     ("recovery_unnamed_seconds", "other s", "{:.3f}"),
+    ("hangs", "hangs", "{:d}"),
+    ("hang_detect_seconds", "hang det s", "{:.3f}"),
     ("heal_bytes", "heal bytes", "{:.3g}"),
     ("paced_overrun_steps", "overrun", "{:d}"),
     ("status", "status", "{}"),
@@ -126,6 +128,12 @@ def run_row(path: str) -> tuple[dict, list[str]]:
     row.update(rec)
     unnamed = rec["recovery_seconds"] - sum(rec[c] for c in RECOVERY_PARTS)
     row["recovery_unnamed_seconds"] = unnamed if abs(unnamed) > 1e-9 else 0.0  # not "-0.000" for rounding
+    # Hung ranks (README, Hung ranks): how many, and the time from their last heartbeat until a peer
+    # declared them hung, summed. That wait is inside `lost s`/`repair s` of their step.
+    ev = run.events
+    hangs = ev[ev["kind"].astype(str) == "hang"] if len(ev) else ev
+    row["hangs"] = int(len(hangs))
+    row["hang_detect_seconds"] = float(hangs["duration"].sum()) if len(hangs) else 0.0
     row["failure_events"] = failure_events(run)
     row["status"] = status
     return row, problems

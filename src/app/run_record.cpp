@@ -248,8 +248,8 @@ void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector
                             : std::string("unscheduled: the process stopped answering (hung), fenced"));
     const double latency = hung[i].declared - hung[i].froze;
     rec_->event(make_event(hung[i].declared, s, "hang", r, trainer_.topology().replica_of_rank(r), 0, latency,
-                           fmt::format("last heartbeat at {:.3f} s; declared hung {:.3f} s later (--failure-timeout "
-                                       "{:g} s) and its process ended (SIGKILL)",
+                           fmt::format("last heartbeat {:.3f} s, declared hung {:.3f} s later (timeout {:g} s); "
+                                       "SIGKILL",
                                        hung[i].froze, latency, o_.failure_timeout)));
     fmt::print("step {:5d}: rank {} stopped answering{} (last heartbeat {:.2f} s before it was declared hung; "
                "--failure-timeout {:g} s): its process was ended (SIGKILL)\n",

@@ -168,8 +168,9 @@ std::vector<OptionSpec> hardware_options() {
 std::vector<OptionSpec> failure_options() {
   return {
       {.flag = "--schedule", .key = "schedule", .field = NTP_FIELD(schedule),
-       .help = "Failure schedule (YAML: events to kill/revive ranks or every rank of a host, kill_node/revive_node, "
-               "and/or a random generator)",
+       .help = "Failure schedule (YAML: events to kill, hang (freeze) or revive ranks, or every rank of a host "
+               "(kill_node/revive_node), and/or a random generator, whose hang_fraction makes a share of its "
+               "failures hangs)",
        .check = Check::ExistingFile, .missing = Missing::Default},
       {.flag = "--policy", .key = "policy", .field = NTP_FIELD(policy),
        .help = "Recovery policy: dp-drop (a damaged replica stops), ntp (it runs at reduced TP with a smaller "
@@ -190,12 +191,13 @@ std::vector<OptionSpec> failure_options() {
                "ever",
        .check = Check::NonNegative, .missing = Missing::Default},
       {.flag = "--failure-timeout", .key = "failure_timeout", .field = NTP_FIELD(failure_timeout),
-       .help = "Seconds without a heartbeat after which Open MPI's failure detector declares a rank failed "
-               "(--kill-mode signal): a rank that stops answering (kill -STOP, a schedule's `hang`) is then "
-               "fenced (SIGKILL, by a survivor on its host) and recovered from like a death. The heartbeats come "
-               "from a thread of MPI's own, so a long step, checkpoint or heal never looks hung. Must be on the "
-               "command line (MPI reads it at start-up, before a --config file). Under --kill-mode fence or "
-               "without ULFM nothing detects a hung rank: the watchdog (--hang-timeout) ends the job, exit code 5",
+       .help = "Hung ranks (--kill-mode signal): a trainer whose heartbeat (a thread of its own, every eighth of "
+               "this) stops for this many seconds while its process exists (kill -STOP, a schedule's `hang`) is "
+               "declared hung by a rank of its host, ended with SIGKILL and recovered from like a death. A long "
+               "step, checkpoint or heal never looks hung: the heartbeat does not wait for them. Not caught: a "
+               "process stuck in one call while its other threads run, or a host whose every trainer froze (the "
+               "watchdog, --hang-timeout, ends the job with exit code 5); under --kill-mode fence a `hang` event is "
+               "an emulated kill"
        .check = Check::Positive, .missing = Missing::Default},
       {.flag = "--spares-per-host", .key = "spares/per_host", .field = NTP_FIELD(spares_per_host),
        .help = "Spare processes: the last K processes of every host train nothing and replace a dead rank of that "

@@ -119,9 +119,10 @@ def schedule(tmp_path, text, name="schedule.yaml"):
     return p
 
 
-def run_and_kill(out, procs, args, victim, min_steps=3, trainers=None):
+def run_and_kill(out, procs, args, victim, min_steps=3, trainers=None, sig=9):
     """Starts a paced run of `procs` processes (`trainers` of them trainers: all by default), waits
-    for min_steps rows, kill -9s logical rank `victim`'s process. Returns the exit code and output."""
+    for min_steps rows, sends logical rank `victim`'s process signal `sig` (kill -9; SIGSTOP freezes
+    it). Returns the exit code and output."""
     trainers = trainers or procs
     cmd = [*MPIRUN, "-np", str(procs), str(NTPBENCH), *map(str, args), "--timing", "paced",
            "--device-gflops", "0.2", "--out", str(out)]
@@ -139,7 +140,7 @@ def run_and_kill(out, procs, args, victim, min_steps=3, trainers=None):
             except (OSError, KeyError):
                 pass
         assert pid is not None, "the run did not get going"
-        os.kill(pid, 9)
+        os.kill(pid, sig)
         output, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
