@@ -84,11 +84,12 @@ def test_a_kill_stop_from_outside_is_an_unscheduled_hang(tmp_path):
 
 
 def test_a_long_step_is_not_a_hang(tmp_path):
-    # Paced at 0.02 GFLOP/s, a step of `tiny` sleeps about 2 s between its collectives: longer than
-    # the 0.5 s timeout, but every process's heartbeat thread runs on.
+    # Paced at 0.02 GFLOP/s, a step of `tiny` sleeps about 2 s between its collectives, and each is
+    # followed by a checkpoint write: longer than the 0.5 s timeout, but every process's heartbeat
+    # thread runs on.
     out = tmp_path / "slow.h5"
     ntpbench(8, *TINY, "--steps", 3, "--timing", "paced", "--device-gflops", 0.02, "--failure-timeout", 0.5,
-             "--out", out)
+             "--checkpoint-every", 1, "--out", out)
     assert step_seconds(out) > 1.0, "the steps were not long enough to show anything"
     assert not [k for _, k, _, _, _ in full_events(out) if k in ("kill", "hang")]
     assert len(steps(out)) == 3
