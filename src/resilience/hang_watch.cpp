@@ -93,7 +93,11 @@ HangWatch::HangWatch(const std::string& job, int rank, double timeout)
     : dir_(fmt::format("/dev/shm/ntpbench-{}", job)), path_(fmt::format("{}/rank{}", dir_, rank)), rank_(rank),
       timeout_(timeout) {
   mkdir(dir_.c_str(), 0700);
-  const int fd = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  // Written whole under a name of its own, then renamed into place: a peer never reads a record
+  // half written (a zero heartbeat would look hung), and one that still maps the record of an
+  // earlier process of this rank keeps that file (truncating it in place would fault its reads).
+  const std::string tmp = fmt::format("{}.new{}", path_, getpid());
+  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd >= 0) {
     if (ftruncate(fd, sizeof(RankRecord)) == 0) {
       void* p = mmap(nullptr, sizeof(RankRecord), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -101,7 +105,10 @@ HangWatch::HangWatch(const std::string& job, int rank, double timeout)
     }
     close(fd);
   }
-  if (!mine_) return;
+  if (!mine_) {
+    unlink(tmp.c_str());
+    return;
+  }
   char state = '?';
   unsigned long long start = 0;
   mine_->pid = getpid();
@@ -109,6 +116,12 @@ HangWatch::HangWatch(const std::string& job, int rank, double timeout)
   mine_->fenced.store(0);
   progress(0, "its start");
   mine_->heartbeat.store(steady());
+  if (rename(tmp.c_str(), path_.c_str()) != 0) {
+    munmap(mine_, sizeof(RankRecord));
+    mine_ = nullptr;
+    unlink(tmp.c_str());
+    return;
+  }
   thread_ = std::thread([this] { watch(); });
 }
 
@@ -148,7 +161,7 @@ void HangWatch::look_at_peers() {
   if (!d) return;
   const std::string me = fmt::format("rank{}", rank_);
   while (const dirent* e = readdir(d)) {
-    if (std::strncmp(e->d_name, "rank", 4) != 0 || me == e->d_name) continue;
+    if (std::strncmp(e->d_name, "rank", 4) != 0 || me == e->d_name || std::strchr(e->d_name, '.')) continue;
     Mapped peer(dir_ + "/" + e->d_name);
     if (!peer.r || peer.r->fenced.load() != 0) continue;
     if (steady() - peer.r->heartbeat.load(std::memory_order_acquire) <= timeout_) continue;

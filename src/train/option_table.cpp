@@ -197,7 +197,7 @@ std::vector<OptionSpec> failure_options() {
                "step, checkpoint or heal never looks hung: the heartbeat does not wait for them. Not caught: a "
                "process stuck in one call while its other threads run, or a host whose every trainer froze (the "
                "watchdog, --hang-timeout, ends the job with exit code 5); under --kill-mode fence a `hang` event is "
-               "an emulated kill"
+               "an emulated kill",
        .check = Check::Positive, .missing = Missing::Default},
       {.flag = "--spares-per-host", .key = "spares/per_host", .field = NTP_FIELD(spares_per_host),
        .help = "Spare processes: the last K processes of every host train nothing and replace a dead rank of that "
