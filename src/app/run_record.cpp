@@ -214,6 +214,31 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   std::fflush(stdout);
 }
 
+void RunRecord::record_slowdown(int s, const Slowdown& d, double t) {
+  const int replica = trainer_.topology().replica_of_rank(d.rank);
+  const std::string what = d.factor == 1 && d.link_factor == 1
+                               ? std::string("back to full speed")
+                               : fmt::format("compute x{:g}, links x{:g}", d.factor, d.link_factor);
+  rec_->event(make_event(t, s, "slow", d.rank, replica, 0, 0, what));
+  fmt::print("step {:5d}: rank {} slowed by the schedule: {}\n", s, d.rank, what);
+  std::fflush(stdout);
+}
+
+void RunRecord::record_straggler(int s, const StragglerVerdict& v, double t) {
+  const int replica = trainer_.topology().replica_of_rank(v.rank);
+  rec_->event(make_event(t, s, v.starts ? "straggler" : "straggler_end", v.rank, replica, 0, 0,
+                         fmt::format("compute {:.2f}x its peers' median over {} steps (threshold {:g})", v.ratio,
+                                     o_.straggler_window, o_.straggler_threshold)));
+  if (v.starts)
+    fmt::print("step {:5d}: rank {} is a straggler: its compute took {:.2f}x its peers' (median of {} steps, "
+               "--straggler-threshold {:g}); the job runs at its pace\n",
+               s, v.rank, v.ratio, o_.straggler_window, o_.straggler_threshold);
+  else
+    fmt::print("step {:5d}: rank {} is no longer a straggler ({:.2f}x its peers' over {} steps)\n", s, v.rank, v.ratio,
+               o_.straggler_window);
+  std::fflush(stdout);
+}
+
 void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector<std::pair<int, int>>& repairs,
                               const std::vector<int>& lost, const RepairTimes& t, const RecoveryFigures& f,
                               const std::vector<HangTimes>& hung) {

@@ -12,6 +12,7 @@
 
 #include "recorder.hpp"
 #include "schedule.hpp"
+#include "straggler.hpp"
 #include "trainer.hpp"
 
 namespace ntp {
@@ -92,6 +93,9 @@ class RunRecord {
   // when they were real (signal mode).
   void record_recovery(int s, const StepEvents& ev, const RecoveryFigures& f, double t_event,
                        const std::vector<std::string>* kill_details = nullptr, double t_kill = -1);
+  // A schedule's slowdown of a rank, and a straggler found or gone (straggler.hpp), at step s.
+  void record_slowdown(int s, const Slowdown& d, double t);
+  void record_straggler(int s, const StragglerVerdict& v, double t);
   // A repair after the deaths of `lost` in step s (repairs: the unscheduled deaths and the step
   // each comes back at), then its reconfiguration. hung: for each of `lost`, when it froze and was
   // declared hung, if it was (TrainingRun::settle_hung).

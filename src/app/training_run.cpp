@@ -170,8 +170,16 @@ void TrainingRun::start_clock() {
   trainer_->clock().take();  // phase accounting starts with the first step
 }
 
+void TrainingRun::apply_slowdowns(int s, const StepEvents& ev) {
+  for (const Slowdown& d : ev.slow) {
+    if (d.rank == me_) trainer_->pacer().set_slowdown(d.factor, d.link_factor);
+    if (root()) record_->record_slowdown(s, d, now());
+  }
+}
+
 double TrainingRun::apply_events(int s) {
   const StepEvents& ev = schedule_.at(s);
+  apply_slowdowns(s, ev);
   if (ev.kill.empty() && ev.revive.empty()) return 0;
   if (!signal()) return reconfigure(s, ev);
   // Signal mode: a victim dies at its phase of this step and the others find out from MPI; ranks
@@ -289,6 +297,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   const auto usage_of = [](const Report& rep) {
     return RankUsage{static_cast<std::int64_t>(rep.rss_bytes), static_cast<std::int32_t>(rep.open_fds)};
   };
+  if (stragglers_.enabled()) watch_stragglers(s, mine.phases, r.trained);
   // Its own part first: a row written after a failed gather holds what the root knows.
   if (root()) record_->set_rank_row(me_, mine.phases, usage_of(mine));
   std::vector<double> gathered(root() ? std::size_t(group_->size()) * kReportSize : 0);
@@ -306,6 +315,20 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   StepResult row = r;
   row.loss = agg.loss, row.grad_norm = agg.grad_norm, row.overruns = overrun ? 1 : 0;
   record_->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds}, group_->size());
+}
+
+void TrainingRun::watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, bool trained) {
+  std::vector<double> compute(alive_.size(), 0.0);
+  if (trained)
+    compute[me_] = phases[int(Phase::Forward)] + phases[int(Phase::Backward)] + phases[int(Phase::Optimizer)];
+  group_->allreduce_sum(compute.data(), compute.size());
+  // Peers compute equal shares: the TP group of one replica at one pipeline stage.
+  const Configuration& cfg = trainer_->configuration();
+  std::vector<int> group(alive_.size(), -1);
+  for (int r = 0; r < int(group.size()); ++r)
+    if (const int q = cfg.replica_of(r); q >= 0) group[r] = q * cfg.replicas[q].stages + cfg.stage_of(r);
+  for (const StragglerVerdict& v : stragglers_.observe(compute, group))
+    if (root()) record_->record_straggler(s, v, now());
 }
 
 void TrainingRun::maybe_checkpoint(int s, bool trained) {

@@ -15,6 +15,7 @@
 
 #include "machine.hpp"
 #include "hang_watch.hpp"
+#include "straggler.hpp"
 #include "recorder.hpp"
 #include "run_record.hpp"
 #include "schedule.hpp"
@@ -114,6 +115,10 @@ class TrainingRun {
   void progress(int s, const char* what);
   StepResult attempt(int s, double t_start, double recovery_seconds, double& idle_seconds);
   void report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds);
+  // Every rank's compute time of step s to every rank (collective), and the stragglers they show.
+  void watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, bool trained);
+  // A schedule's `slow` events of step s: this rank's pacer, and the record.
+  void apply_slowdowns(int s, const StepEvents& ev);
   double recover(int s, const PeerFailure& e, double t_attempt);
   // After a repair, which of `lost` were hung (hang_watch.hpp): for each, the run times at which it
   // froze (its last heartbeat) and was declared hung, or -1 where it died (or no survivor shared
@@ -156,6 +161,7 @@ class TrainingRun {
   bool doom_hangs_ = false;     // ... which is a hang: the process stops (SIGSTOP) instead of dying
   // Signal mode: this rank's heartbeat and progress, and its watch over its host's other ranks.
   std::unique_ptr<HangWatch> hang_watch_;
+  StragglerDetector stragglers_{o_.straggler_threshold, o_.straggler_window};
   StepResult last_;             // this rank's latest step result
   // This rank's last finished attempt: the row a failure kept out of the results file (a failed
   // metrics gather, a recorder that died) is written from it by whoever then holds the file.

@@ -133,20 +133,50 @@ void read_targets(const Ctx& c, const YAML::Node& e, int step, KillAt at, const 
   }
 }
 
+// A `slow` event: its ranks, `factor` (required) and `link_factor` (default 1), each at least 1.
+void read_slowdowns(const Ctx& c, const YAML::Node& e, int step, int world_size,
+                    std::map<int, std::vector<Slowdown>>& slow) {
+  for (const char* k : {"kill", "hang", "revive", "kill_node", "revive_node", "at"})
+    if (e[k]) c.fail(e[k], fmt::format("a slow event has no '{}': give it an event of its own", k));
+  if (!e["factor"]) c.fail(e, "a slow event needs 'factor' (how many times slower: 2 is half speed, 1 ends it)");
+  const double factor = c.number(e["factor"], "factor");
+  const double link = e["link_factor"] ? c.number(e["link_factor"], "link_factor") : 1.0;
+  if (!(factor >= 1 && factor <= 1000)) c.fail(e["factor"], "factor must be from 1 (full speed) to 1000");
+  if (!(link >= 1 && link <= 1000)) c.fail(e["link_factor"], "link_factor must be from 1 (full speed) to 1000");
+  const auto list = e["slow"];
+  if (!list.IsSequence()) c.fail(list, "'slow' must be a list of ranks, e.g. [3]");
+  for (const auto& r : list) {
+    const long long rank = c.integer(r, "rank");
+    if (rank < 0 || rank >= world_size)
+      c.fail(r, fmt::format("rank {} does not exist (this job has ranks 0..{})", rank, world_size - 1));
+    auto& at = slow[step];
+    if (std::any_of(at.begin(), at.end(), [&](const Slowdown& d) { return d.rank == rank; }))
+      c.fail(r, fmt::format("rank {} has two slow events at step {}", rank, step));
+    at.push_back({int(rank), factor, link});
+  }
+}
+
 // The 'events' list, checked entry by entry (keys, step range, rank range, hosts).
 std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_size, int steps,
-                                  const std::vector<std::string>& hosts) {
+                                  const std::vector<std::string>& hosts, std::map<int, std::vector<Slowdown>>& slow) {
   std::vector<RawEvent> raw;
   if (!ev.IsSequence())
     c.fail(ev, "'events' must be a list of {step: N, kill: [...]} / {step: N, hang: [...]} / {step: N, revive: [...]}");
   for (const auto& e : ev) {
     if (!e.IsMap()) c.fail(e, "each event is a mapping like {step: 10, kill: [3]}");
-    c.only_keys(e, {"step", "kill", "hang", "revive", "kill_node", "revive_node", "at"}, "an event");
+    c.only_keys(e, {"step", "kill", "hang", "revive", "kill_node", "revive_node", "at", "slow", "factor", "link_factor"},
+                "an event");
     if (!e["step"]) c.fail(e, "event without 'step'");
     const long long step = c.integer(e["step"], "step");
     if (step < 1 || step > steps) c.fail(e["step"], fmt::format("step {} is outside the run (steps 1..{})", step, steps));
-    if (!e["kill"] && !e["hang"] && !e["revive"] && !e["kill_node"] && !e["revive_node"])
-      c.fail(e, "event has none of 'kill', 'hang', 'revive', 'kill_node', 'revive_node'");
+    if (!e["kill"] && !e["hang"] && !e["revive"] && !e["kill_node"] && !e["revive_node"] && !e["slow"])
+      c.fail(e, "event has none of 'kill', 'hang', 'revive', 'kill_node', 'revive_node', 'slow'");
+    if (e["slow"]) {
+      read_slowdowns(c, e, int(step), world_size, slow);
+      continue;
+    }
+    for (const char* k : {"factor", "link_factor"})
+      if (e[k]) c.fail(e[k], fmt::format("'{}' belongs to a slow event, e.g. {{step: 5, slow: [3], factor: 2}}", k));
     if (e["at"] && !e["kill"] && !e["hang"] && !e["kill_node"]) c.fail(e["at"], "'at' belongs to a kill or a hang");
     const KillAt at = e["at"] ? KillAt(read_phase(c, e["at"], false)) : KillAt::Start;
     read_targets(c, e, int(step), at, hosts, world_size, raw);
@@ -244,7 +274,9 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
   // Explicit events first; random failures only touch ranks that have none.
   std::set<int> explicit_ranks;
   if (const auto ev = root["events"]) {
-    std::vector<RawEvent> raw = read_events(c, ev, world_size, steps, hosts);
+    std::map<int, std::vector<Slowdown>> slow;
+    std::vector<RawEvent> raw = read_events(c, ev, world_size, steps, hosts, slow);
+    for (auto& [step, list] : slow) s.events_[step].slow = std::move(list);
     for (const auto& r : raw) explicit_ranks.insert(r.rank);
     apply_events(c, std::move(raw), world_size, s.events_);
   }
@@ -258,6 +290,7 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
     std::sort(e.revive.begin(), e.revive.end());
     std::sort(e.nodes_killed.begin(), e.nodes_killed.end());
     std::sort(e.nodes_revived.begin(), e.nodes_revived.end());
+    std::sort(e.slow.begin(), e.slow.end(), [](const Slowdown& a, const Slowdown& b) { return a.rank < b.rank; });
   }
   return s;
 }

@@ -5,6 +5,8 @@
 //     - {step: 10, kill: [3]}    # takes effect at the start of the step
 //     - {step: 12, kill: [5], at: backward}   # --kill-mode signal: dies inside the step
 //     - {step: 14, hang: [6], at: forward}    # stops answering there (SIGSTOP), found and fenced
+//     - {step: 5, slow: [2], factor: 2.0}     # runs at half speed from step 5 (a straggler) ...
+//     - {step: 25, slow: [2], factor: 1}      # ... until step 25; link_factor: its links too
 //     - {step: 40, revive: [3]}
 //     - {step: 8, kill_node: node2}          # every rank on host node2 (a node failure)
 //     - {step: 20, revive_node: node2}       # new processes for them, placed on node2
@@ -40,11 +42,21 @@ struct ScheduleError : std::runtime_error {
 enum class KillAt { Start, Forward, Backward, Sync, Optimizer };
 const char* kill_at_name(KillAt at);
 
+// A rank slowed from this step on: compute takes `factor` times as long, transfers `link_factor`
+// times (Pacer::set_slowdown); 1 and 1 end an episode. The slowdown is the GPU's: a process that
+// later replaces the rank (a revival, a spare) starts at full speed.
+struct Slowdown {
+  int rank;
+  double factor = 1, link_factor = 1;
+  bool operator==(const Slowdown&) const = default;
+};
+
 struct StepEvents {
   std::vector<int> kill, revive;  // logical ranks, ascending
   std::vector<KillAt> kill_at;    // the phase of each kill, parallel to `kill`
   std::vector<char> kill_hangs;   // 1 where that kill is a hang (the process stops, not dies)
   std::vector<std::string> nodes_killed, nodes_revived;  // kill_node / revive_node hosts, ascending
+  std::vector<Slowdown> slow;  // by rank, ascending
 };
 
 class Schedule {

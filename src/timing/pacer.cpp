@@ -10,7 +10,7 @@ double Pacer::compute_seconds(double flops) const { return flops / (c_.device_gf
 
 double Pacer::transfer_seconds(double bytes, int messages, Link group) const {
   const double gbps = route(group) == Link::Tp ? c_.tp_gbps : c_.dp_gbps;
-  return messages * c_.latency_us * 1e-6 + bytes / (gbps * 1e9);
+  return (messages * c_.latency_us * 1e-6 + bytes / (gbps * 1e9)) * slow_link_;
 }
 
 void Pacer::sleep_for(double seconds) {
@@ -36,8 +36,11 @@ void Pacer::wait_until(std::chrono::steady_clock::time_point t) {
 }
 
 void Pacer::pace_compute(double real, double flops) {
-  if (!c_.enabled) return;
-  const double target = compute_seconds(flops);
+  if (!c_.enabled) {
+    if (slow_compute_ > 1) sleep_for(real * (slow_compute_ - 1));
+    return;
+  }
+  const double target = compute_seconds(flops) * slow_compute_;
   // A little slack for timer granularity: 2% or 50 microseconds.
   if (real > target * 1.02 + 50e-6) ++overruns_;
   if (target > 0) worst_ratio_ = std::max(worst_ratio_, real / target);

@@ -36,6 +36,11 @@ class Pacer {
   // Compute speed multiplier of this rank now (1, or the boost of an ntp-pw damaged replica).
   void set_speed(double s) { speed_ = s; }
   double speed() const { return speed_; }
+  // A slowed rank (a schedule's `slow` event: a throttled GPU, a degraded link): its compute takes
+  // `compute` times as long, its transfers `link` times (paced timing); under wall timing, where
+  // the links are real, it sleeps (compute - 1) x each compute phase's real time after it.
+  void set_slowdown(double compute, double link) { slow_compute_ = compute, slow_link_ = link; }
+  double slowdown() const { return slow_compute_; }
   // Transfers of `group` go over the scale-up link (Link::Tp) or the scale-out link (Link::Dp).
   void set_route(Link group, Link physical) { route_[static_cast<int>(group)] = physical; }
   Link route(Link group) const { return route_[static_cast<int>(group)]; }
@@ -74,6 +79,7 @@ class Pacer {
   PacingConfig c_;
   std::function<void()> background_;
   double speed_ = 1.0;
+  double slow_compute_ = 1.0, slow_link_ = 1.0;
   int overruns_ = 0;
   double worst_ratio_ = 0;
   Link route_[2] = {Link::Tp, Link::Dp};

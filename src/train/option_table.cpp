@@ -199,6 +199,18 @@ std::vector<OptionSpec> failure_options() {
                "watchdog, --hang-timeout, ends the job with exit code 5); under --kill-mode fence a `hang` event is "
                "an emulated kill",
        .check = Check::Positive, .missing = Missing::Default},
+      {.flag = "--straggler-threshold", .key = "stragglers/threshold", .field = NTP_FIELD(straggler_threshold),
+       .help = "Stragglers: a rank whose compute time (forward, backward, optimizer; not its waits) stays above "
+               "this many times the median of its TP group's other ranks for --straggler-window steps is a "
+               "straggler (e.g. 1.2); every rank reaches the same verdict from the same numbers, and /events and "
+               "the console record it with the measured factor, and its end. The job runs at its pace (tolerated). "
+               "Default 0: no detection (under --timing wall with ranks sharing cores, compute times measure the "
+               "contention)",
+       .check = Check::NonNegative, .missing = Missing::Default},
+      {.flag = "--straggler-window", .key = "stragglers/window", .field = NTP_FIELD(straggler_window),
+       .help = "Consecutive steps a rank's compute must stay above --straggler-threshold to be named a straggler, "
+               "and at or below it to be one no longer",
+       .check = Check::Positive, .missing = Missing::Default},
       {.flag = "--spares-per-host", .key = "spares/per_host", .field = NTP_FIELD(spares_per_host),
        .help = "Spare processes: the last K processes of every host train nothing and replace a dead rank of that "
                "host (--spare-use); start the job with that many more processes than TP x PP x DP",

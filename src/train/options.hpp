@@ -49,7 +49,9 @@ struct Options {
   // this long, or 10x its longest step so far if that is more, ends the job (exit code 5): the way
   // out of a hang no error ends. 0: never.
   double hang_timeout = 600;
-  double failure_timeout = 10;  // MPI's failure detector (failure_detector.hpp); set before MPI_Init
+  double failure_timeout = 10;  // a hung rank's heartbeat stops this long (hang_watch.hpp)
+  double straggler_threshold = 0;  // compute over its peers' median (e.g. 1.2); 0: no detection (straggler.hpp)
+  int straggler_window = 5;          // ... for this many consecutive steps
   // Spare processes (app/spares.hpp): the last K processes of every host, and every process of
   // the last H hosts, hold no training state and replace dead ranks: at their revival (revive) or
   // in the repair of the death itself (takeover).

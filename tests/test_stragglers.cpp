@@ -1,0 +1,109 @@
+// Stragglers without MPI: the detector's rule on made-up compute times (healthy noise never
+// fires; a rank at 2x is named after exactly `window` steps and released after `window` steps at
+// 1x; peers are its group, or everyone where it has none), the schedule's `slow` events, and the
+// pacer's slowdown under wall timing (it really sleeps) and paced timing (its device runs slower).
+#include <chrono>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "pacer.hpp"
+#include "schedule.hpp"
+#include "straggler.hpp"
+
+namespace {
+
+TEST(Stragglers, HealthyNoiseNeverFires) {
+  ntp::StragglerDetector d(1.2, 5);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> noise(0.85, 1.15);  // +-15% per rank and step
+  const std::vector<int> group = {0, 0, 0, 0, 1, 1, 1, 1};
+  for (int step = 0; step < 2000; ++step) {
+    std::vector<double> t(8);
+    for (double& x : t) x = 0.1 * noise(rng);
+    EXPECT_TRUE(d.observe(t, group).empty()) << "step " << step;
+  }
+}
+
+TEST(Stragglers, ASlowRankIsNamedAfterTheWindowAndReleasedAfterIt) {
+  const int window = 3;
+  ntp::StragglerDetector d(1.2, window);
+  const std::vector<int> group = {0, 0, 0, 0, 1, 1, 1, 1};
+  auto step = [&](double rank2) {
+    std::vector<double> t(8, 0.1);
+    t[2] = 0.1 * rank2;
+    return d.observe(t, group);
+  };
+  for (int s = 0; s < 4; ++s) EXPECT_TRUE(step(1.0).empty());
+  EXPECT_TRUE(step(2.0).empty());
+  EXPECT_TRUE(step(2.0).empty());
+  const auto named = step(2.0);
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].rank, 2);
+  EXPECT_TRUE(named[0].starts);
+  EXPECT_DOUBLE_EQ(named[0].ratio, 2.0);
+  EXPECT_TRUE(d.straggler(2));
+  EXPECT_TRUE(step(1.0).empty());
+  EXPECT_TRUE(step(3.0).empty());  // a relapse starts the count again
+  EXPECT_TRUE(step(1.0).empty());
+  EXPECT_TRUE(step(1.0).empty());
+  const auto released = step(1.0);
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_FALSE(released[0].starts);
+  EXPECT_FALSE(d.straggler(2));
+}
+
+TEST(Stragglers, PeersAreTheGroupOrEveryoneAndIdleRanksDoNotCount) {
+  ntp::StragglerDetector d(1.2, 1);
+  // Rank 1 is alone in its group (TP 1): it is compared with every other training rank. Rank 3
+  // does not train this step (0): it is neither judged nor a peer.
+  const auto v = d.observe({0.1, 0.25, 0.1, 0.0, 0.1}, {0, 1, 0, 2, 0});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].rank, 1);
+  EXPECT_DOUBLE_EQ(v[0].ratio, 2.5);
+  // A group that computes more (a replica at reduced TP) is not slower than its own peers.
+  ntp::StragglerDetector e(1.2, 1);
+  EXPECT_TRUE(e.observe({0.1, 0.1, 0.1, 0.1, 0.133, 0.133, 0.133}, {0, 0, 0, 0, 1, 1, 1}).empty());
+  ntp::StragglerDetector off(0, 5);
+  EXPECT_TRUE(off.observe({0.1, 1.0}, {0, 0}).empty());
+}
+
+TEST(Stragglers, SlowEventsParseAndAreChecked) {
+  const auto s = ntp::Schedule::parse(
+      "events:\n  - {step: 5, slow: [3, 1], factor: 2.5, link_factor: 1.5}\n  - {step: 9, slow: [3], factor: 1}\n",
+      "slow.yaml", 4, 10);
+  ASSERT_EQ(s.at(5).slow.size(), 2u);
+  EXPECT_EQ(s.at(5).slow[0], (ntp::Slowdown{1, 2.5, 1.5}));
+  EXPECT_EQ(s.at(5).slow[1], (ntp::Slowdown{3, 2.5, 1.5}));
+  EXPECT_EQ(s.at(9).slow[0], (ntp::Slowdown{3, 1, 1}));
+  EXPECT_TRUE(s.at(5).kill.empty());
+  for (const char* bad : {"events:\n  - {step: 5, slow: [3]}\n",                    // no factor
+                          "events:\n  - {step: 5, slow: [3], factor: 0.5}\n",       // faster
+                          "events:\n  - {step: 5, slow: [7], factor: 2}\n",         // no rank 7
+                          "events:\n  - {step: 5, slow: [3], kill: [2], factor: 2}\n",
+                          "events:\n  - {step: 5, kill: [3], factor: 2}\n",
+                          "events:\n  - {step: 5, slow: [3, 3], factor: 2}\n"})
+    EXPECT_THROW(ntp::Schedule::parse(bad, "bad.yaml", 4, 10), ntp::ScheduleError) << bad;
+}
+
+double seconds_of(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(Stragglers, TheSlowedPacerTakesLonger) {
+  ntp::PacingConfig wall;  // not enabled: wall timing
+  ntp::Pacer w(wall);
+  w.set_slowdown(3, 1);
+  EXPECT_GE(seconds_of([&] { w.pace_compute(0.05, 1e9); }), 0.1);  // (3 - 1) x the real 50 ms
+  ntp::PacingConfig paced;
+  paced.enabled = true, paced.device_gflops = 10;
+  ntp::Pacer p(paced);
+  EXPECT_NEAR(p.transfer_seconds(1e9, 1, ntp::Link::Tp), 1e9 / 20e9 + 5e-6, 1e-9);
+  p.set_slowdown(2, 4);
+  EXPECT_GE(seconds_of([&] { p.pace_compute(0, 1e9); }), 0.2);  // 1 GFLOP at 10 GFLOP/s, twice as long
+  EXPECT_NEAR(p.transfer_seconds(1e9, 1, ntp::Link::Tp), 4 * (1e9 / 20e9 + 5e-6), 1e-9);
+}
+
+}  // namespace
