@@ -86,6 +86,32 @@ TEST(Stragglers, SlowEventsParseAndAreChecked) {
     EXPECT_THROW(ntp::Schedule::parse(bad, "bad.yaml", 4, 10), ntp::ScheduleError) << bad;
 }
 
+TEST(Stragglers, TheGeneratorDrawsSlowEpisodesWithoutMovingItsFailures) {
+  const std::string base = "random: {mtbf_steps: 50, repair_steps: 5, seed: 3";
+  const auto a = ntp::Schedule::parse(base + "}\n", "a.yaml", 8, 400);
+  const auto b = ntp::Schedule::parse(base + ", slow_mtbf_steps: 40, slow_steps: 6, slow_factor: 3}\n", "b.yaml", 8, 400);
+  int episodes = 0;
+  std::vector<int> slowed_until(8, 0);
+  for (const auto& [step, e] : b.events()) {
+    EXPECT_EQ(e.kill, a.at(step).kill) << step;  // the same failures at the same steps
+    EXPECT_EQ(e.revive, a.at(step).revive) << step;
+    for (const auto& d : e.slow) {
+      if (d.factor > 1) {
+        EXPECT_EQ(d.factor, 3);
+        EXPECT_GE(step, slowed_until[d.rank]) << "overlapping episodes of rank " << d.rank;
+        slowed_until[d.rank] = step + 6;
+        ++episodes;
+      } else {
+        EXPECT_EQ(step, slowed_until[d.rank]) << "an episode of rank " << d.rank << " did not last 6 steps";
+      }
+    }
+  }
+  EXPECT_GT(episodes, 8 * 400 / 46 / 2);  // about one per 46 steps per rank
+  EXPECT_THROW(ntp::Schedule::parse(base + ", slow_steps: 6}\n", "c.yaml", 8, 400), ntp::ScheduleError);
+  EXPECT_THROW(ntp::Schedule::parse(base + ", slow_mtbf_steps: 40, slow_steps: 6, slow_factor: 1}\n", "c.yaml", 8, 400),
+               ntp::ScheduleError);
+}
+
 double seconds_of(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();

@@ -207,13 +207,45 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
   }
 }
 
+// The generator's slow episodes (`slow_mtbf_steps`, `slow_steps`, `slow_factor`, all three or none):
+// each rank without explicit events starts one with probability 1/slow_mtbf_steps per step while at
+// full speed; it runs at 1/slow_factor for slow_steps steps. From a stream of its own, so adding them
+// leaves the failures as they were.
+void add_random_slowdowns(const Ctx& c, const YAML::Node& rnd, const std::set<int>& explicit_ranks, int world_size,
+                          int steps, std::uint64_t seed, std::map<int, StepEvents>& events) {
+  const int given = !!rnd["slow_mtbf_steps"] + !!rnd["slow_steps"] + !!rnd["slow_factor"];
+  if (given == 0) return;
+  if (given != 3) c.fail(rnd, "slow episodes need all of 'slow_mtbf_steps', 'slow_steps' and 'slow_factor'");
+  const double mtbf = c.number(rnd["slow_mtbf_steps"], "slow_mtbf_steps");
+  if (!(mtbf > 0)) c.fail(rnd["slow_mtbf_steps"], "slow_mtbf_steps must be positive");
+  const long long length = c.integer(rnd["slow_steps"], "slow_steps");
+  if (length < 1) c.fail(rnd["slow_steps"], "slow_steps must be at least 1");
+  const double factor = c.number(rnd["slow_factor"], "slow_factor");
+  if (!(factor > 1 && factor <= 1000)) c.fail(rnd["slow_factor"], "slow_factor must be above 1 (2: half speed), at most 1000");
+  std::mt19937_64 rng(seed ^ 0x165667b19e3779f9ULL);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int r = 0; r < world_size; ++r) {
+    if (explicit_ranks.count(r)) continue;
+    for (int step = 1; step <= steps; ++step) {
+      if (u(rng) >= 1.0 / mtbf) continue;
+      events[step].slow.push_back({r, factor, 1});
+      const long long back = step + length;
+      if (back > steps) break;
+      events[int(back)].slow.push_back({r, 1, 1});
+      step = int(back);
+    }
+  }
+}
+
 // The 'random' generator: each rank without explicit events, while alive, fails at each step with
 // probability 1/mtbf (exponential inter-arrival in steps) and comes back repair_steps later.
 // Returns repair_steps (capped to an int).
 int add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int>& explicit_ranks, int world_size,
                         int steps, std::map<int, StepEvents>& events) {
   if (!rnd.IsMap()) c.fail(rnd, "'random' must be a mapping {mtbf_steps: ..., repair_steps: ..., seed: ...}");
-  c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed", "at", "hang_fraction"}, "'random'");
+  c.only_keys(rnd, {"mtbf_steps", "repair_steps", "seed", "at", "hang_fraction", "slow_mtbf_steps", "slow_steps",
+                    "slow_factor"},
+              "'random'");
   for (const char* k : {"mtbf_steps", "repair_steps", "seed"})
     if (!rnd[k]) c.fail(rnd, fmt::format("'random' needs '{}'", k));
   const double mtbf = c.number(rnd["mtbf_steps"], "mtbf_steps");
@@ -244,6 +276,7 @@ int add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int>
       step = int(back);  // alive again from `back`; the loop's ++ moves past it
     }
   }
+  add_random_slowdowns(c, rnd, explicit_ranks, world_size, steps, static_cast<std::uint64_t>(seed), events);
   return static_cast<int>(std::min<long long>(repair, std::numeric_limits<int>::max()));
 }
 
@@ -276,7 +309,10 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
   if (const auto ev = root["events"]) {
     std::map<int, std::vector<Slowdown>> slow;
     std::vector<RawEvent> raw = read_events(c, ev, world_size, steps, hosts, slow);
-    for (auto& [step, list] : slow) s.events_[step].slow = std::move(list);
+    for (auto& [step, list] : slow) {
+      for (const Slowdown& d : list) explicit_ranks.insert(d.rank);  // the generator leaves them alone too
+      s.events_[step].slow = std::move(list);
+    }
     for (const auto& r : raw) explicit_ranks.insert(r.rank);
     apply_events(c, std::move(raw), world_size, s.events_);
   }

@@ -16,6 +16,9 @@
 //     seed: 7
 //     at: any                    # optional: the phase of its kills (default start; any: drawn)
 //     hang_fraction: 0.25        # optional: the share of its failures that are hangs (default 0)
+//     slow_mtbf_steps: 100       # optional, all three: a rank starts a slow episode every 100 steps
+//     slow_steps: 10             #   on average, lasting 10 steps,
+//     slow_factor: 2             #   at half speed
 //
 // `at` (signal kill mode; fence kills always act at the start): start (before the step's first
 // collective), forward, backward, sync (inside the gradient sync), optimizer (after the sync,
