@@ -104,6 +104,18 @@ TEST(HangWatch, ADeadPeerIsNotAHang) {
   EXPECT_FALSE(me.settle(1).has_value());
 }
 
+TEST(HangWatch, RecordsOfProcessesGoneAreSweptAway) {
+  // A job whose every process was killed leaves its records; the next watch on the host removes
+  // them, and their directory.
+  const std::string old_job = job_key("leftover");
+  const pid_t pid = child(old_job, 10, [](ntp::HangWatch&) { raise(SIGKILL); });
+  ASSERT_TRUE(WIFSIGNALED(wait_for(pid, 10s)));
+  const std::string dir = "/dev/shm/ntpbench-" + old_job;
+  ASSERT_EQ(access((dir + "/rank1").c_str(), F_OK), 0) << "the killed child left no record to sweep";
+  ntp::HangWatch next(job_key("next"), 0, 10);
+  EXPECT_NE(access(dir.c_str(), F_OK), 0) << dir << " is still there";
+}
+
 TEST(Schedule, HangsAreKillsWhoseProcessStops) {
   const ntp::Schedule s = ntp::Schedule::parse(
       "events:\n  - {step: 3, hang: [2], kill: [1], at: sync}\n  - {step: 6, revive: [1, 2]}\n", "h.yaml", 4, 10);

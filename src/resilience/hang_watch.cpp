@@ -89,9 +89,37 @@ std::string hang_job_key(const std::string& results_path) {
   return fmt::format("{:016x}", std::hash<std::string>{}(abs));
 }
 
+namespace {
+// Records that jobs ended without removing (every process of a job killed at once, an abort) stay
+// in /dev/shm: each new watch removes those of processes that are gone, and their emptied
+// directories. A fenced record is left to its job's repair unless it is ten minutes old.
+void sweep_leftovers(const std::string& own_dir) {
+  DIR* shm = opendir("/dev/shm");
+  if (!shm) return;
+  while (const dirent* j = readdir(shm)) {
+    if (std::strncmp(j->d_name, "ntpbench-", 9) != 0) continue;
+    const std::string dir = std::string("/dev/shm/") + j->d_name;
+    if (dir == own_dir) continue;
+    if (DIR* d = opendir(dir.c_str())) {
+      while (const dirent* e = readdir(d)) {
+        if (std::strncmp(e->d_name, "rank", 4) != 0) continue;
+        const std::string path = dir + "/" + e->d_name;
+        Mapped r(path);
+        const bool stale = r.r && !still_there(*r.r) && (r.r->fenced.load() == 0 || steady() - r.r->fenced.load() > 600);
+        if (stale) unlink(path.c_str());
+      }
+      closedir(d);
+    }
+    rmdir(dir.c_str());  // only if now empty
+  }
+  closedir(shm);
+}
+}  // namespace
+
 HangWatch::HangWatch(const std::string& job, int rank, double timeout)
     : dir_(fmt::format("/dev/shm/ntpbench-{}", job)), path_(fmt::format("{}/rank{}", dir_, rank)), rank_(rank),
       timeout_(timeout) {
+  sweep_leftovers(dir_);
   mkdir(dir_.c_str(), 0700);
   // Written whole under a name of its own, then renamed into place: a peer never reads a record
   // half written (a zero heartbeat would look hung), and one that still maps the record of an
@@ -162,10 +190,14 @@ void HangWatch::look_at_peers() {
   const std::string me = fmt::format("rank{}", rank_);
   while (const dirent* e = readdir(d)) {
     if (std::strncmp(e->d_name, "rank", 4) != 0 || me == e->d_name || std::strchr(e->d_name, '.')) continue;
-    Mapped peer(dir_ + "/" + e->d_name);
-    if (!peer.r || peer.r->fenced.load() != 0) continue;
-    if (steady() - peer.r->heartbeat.load(std::memory_order_acquire) <= timeout_) continue;
-    if (still_there(*peer.r)) fence(*peer.r);
+    const std::string path = dir_ + "/" + e->d_name;
+    Mapped peer(path);
+    if (!peer.r || peer.r->fenced.load() != 0) continue;  // a fenced record waits for the repair (settle)
+    if (!still_there(*peer.r)) {
+      unlink(path.c_str());  // it died: nothing to settle, and it would stay behind
+      continue;
+    }
+    if (steady() - peer.r->heartbeat.load(std::memory_order_acquire) > timeout_) fence(*peer.r);
   }
   closedir(d);
 }

@@ -2,6 +2,7 @@
 import os
 import pathlib
 import subprocess
+import sys
 import time
 
 import h5py
@@ -63,6 +64,13 @@ def binary():
 TIMEOUT_WITH_STACKS = ROOT / "tests" / "timeout_with_stacks.sh"
 
 
+def launcher_did_not_start(p):
+    """The launcher's own start-up failure, before any ntpbench process ran: nothing of ntpbench's in
+    the output, and PRRTE's message for a PMIx server that could not listen."""
+    out = p.stdout + p.stderr
+    return p.returncode != 0 and "PMIx server's listener thread failed to start" in out and "ntpbench" not in p.stdout
+
+
 def ntpbench(ranks, *args, check=True, timeout=300, launch_through=(), mpirun=MPIRUN, env=None):
     """Runs `mpirun -np ranks ntpbench args...` (each rank started by the command `launch_through`,
     if given; `mpirun` another launcher, `env` variables added); returns the CompletedProcess. A run
@@ -70,6 +78,12 @@ def ntpbench(ranks, *args, check=True, timeout=300, launch_through=(), mpirun=MP
     cmd = [*mpirun, "-np", str(ranks), *launch_through, str(NTPBENCH), *map(str, args)]
     p = subprocess.run([str(TIMEOUT_WITH_STACKS), str(timeout), *cmd], env={**ENV, **(env or {})},
                        capture_output=True, text=True, timeout=timeout + 600)
+    if launcher_did_not_start(p):
+        # Open MPI 5.0's launcher itself failed before starting any process of ntpbench (seen about
+        # once in 300 launches under CI, README "Testing"): launched once more, and said so.
+        print(f"note: mpirun's PMIx listener failed to start; launching again: {' '.join(cmd)}", file=sys.stderr)
+        p = subprocess.run([str(TIMEOUT_WITH_STACKS), str(timeout), *cmd], env={**ENV, **(env or {})},
+                           capture_output=True, text=True, timeout=timeout + 600)
     if p.returncode == 124:
         raise AssertionError(f"{' '.join(cmd)} hung: still running after {timeout} s\n{p.stdout[-3000:]}\n"
                              f"{p.stderr[-60000:]}")
