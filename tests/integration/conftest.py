@@ -133,6 +133,30 @@ def schedule(tmp_path, text, name="schedule.yaml"):
     return p
 
 
+def signal_when(cmd, out, find_pid, sig, poll=0.5, run_timeout=120):
+    """Starts the job `cmd` writing the results file `out`, reads that file while it runs until
+    `find_pid(f)` (f: the open h5py file) names a process, sends it `sig` and waits for the job's
+    end. Returns the exit code, the output and the pid."""
+    proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        pid, deadline = None, time.time() + 60
+        while pid is None and time.time() < deadline:
+            time.sleep(poll)
+            try:
+                with h5py.File(out, "r", locking=False) as f:
+                    pid = find_pid(f)
+            except (OSError, KeyError, IndexError):
+                pass
+        assert pid is not None, "the run did not get going"
+        os.kill(pid, sig)
+        output, _ = proc.communicate(timeout=run_timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output, pid
+
+
 def run_and_kill(out, procs, args, victim, min_steps=3, trainers=None, sig=9):
     """Starts a paced run of `procs` processes (`trainers` of them trainers: all by default), waits
     for min_steps rows, sends logical rank `victim`'s process signal `sig` (kill -9; SIGSTOP freezes
@@ -140,23 +164,12 @@ def run_and_kill(out, procs, args, victim, min_steps=3, trainers=None, sig=9):
     trainers = trainers or procs
     cmd = [*MPIRUN, "-np", str(procs), str(NTPBENCH), *map(str, args), "--timing", "paced",
            "--device-gflops", "0.2", "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        pid = None
-        deadline = time.time() + 60
-        while time.time() < deadline and pid is None:
-            time.sleep(0.5)
-            try:
-                with h5py.File(out, "r", locking=False) as f:
-                    inc = f["ranks"]["incarnations"][()]
-                    if len(f["steps"]) >= min_steps and len(inc) == trainers:
-                        pid = int(inc[inc["rank"] == victim]["pid"][0])
-            except (OSError, KeyError):
-                pass
-        assert pid is not None, "the run did not get going"
-        os.kill(pid, sig)
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return proc.returncode, output
+
+    def victim_pid(f):
+        inc = f["ranks"]["incarnations"][()]
+        if len(f["steps"]) >= min_steps and len(inc) == trainers:
+            return int(inc[inc["rank"] == victim]["pid"][0])
+        return None
+
+    rc, output, _ = signal_when(cmd, out, victim_pid, sig)
+    return rc, output

@@ -88,7 +88,7 @@ def test_damaged_checkpoint_found_by_fuzzing_is_refused(tmp_path):
                                           ("model", np.array([b"gpt2"] * 3000))])
 def test_attribute_holding_many_values_is_refused(tmp_path, checkpoint, attr, values):
     # H5Aread writes as many values as the file says: into a one-value buffer, that overflowed the
-    # stack (fuzz_checkpoint's find, fuzz/regressions/checkpoint/attr-step-holds-3000-values.h5).
+    # stack (fuzz_checkpoint's find in CI).
     bad = tmp_path / "many.h5"
     bad.write_bytes(open(checkpoint, "rb").read())
     with h5py.File(bad, "r+") as f:

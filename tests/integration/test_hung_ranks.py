@@ -7,14 +7,12 @@ mpirun exits 0 and --replay AGREES. A long step that keeps its process running i
 fails instead)."""
 import os
 import signal
-import subprocess
-import time
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import ENV, MPIRUN, NTPBENCH, needs_ulfm, ntpbench, replay, run_and_kill, schedule, steps
+from conftest import MPIRUN, NTPBENCH, needs_ulfm, ntpbench, replay, run_and_kill, schedule, signal_when, steps
 
 pytestmark = needs_ulfm
 
@@ -114,27 +112,15 @@ def test_a_hung_rank_continued_before_it_is_declared_leaves_the_job(tmp_path):
     text = "events:\n  - {step: 3, hang: [5], at: forward}\n"
     cmd = [*MPIRUN, "-np", "8", str(NTPBENCH), *map(str, TINY), "--steps", "8", "--policy", "ntp",
            "--failure-timeout", "60", "--schedule", str(schedule(tmp_path, text)), "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        pid, deadline = None, time.time() + 60
-        while pid is None and time.time() < deadline:
-            time.sleep(0.2)
-            try:
-                with h5py.File(out, "r", locking=False) as f:
-                    inc = f["ranks"]["incarnations"][()]
-                candidate = int(inc[inc["rank"] == 5]["pid"][0])
-                with open(f"/proc/{candidate}/stat") as st:
-                    if st.read().rsplit(")", 1)[1].split()[0] == "T":
-                        pid = candidate
-            except (OSError, KeyError, IndexError):
-                pass
-        assert pid is not None, "rank 5 never stopped"
-        os.kill(pid, signal.SIGCONT)
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output
+
+    def stopped_rank5(f):
+        inc = f["ranks"]["incarnations"][()]
+        candidate = int(inc[inc["rank"] == 5]["pid"][0])
+        with open(f"/proc/{candidate}/stat") as st:
+            return candidate if st.read().rsplit(")", 1)[1].split()[0] == "T" else None
+
+    rc, output, pid = signal_when(cmd, out, stopped_rank5, signal.SIGCONT, poll=0.2)
+    assert rc == 0, output
     assert not os.path.exists(f"/proc/{pid}")
     assert hang_events(out) == []  # nobody declared it: it left by itself
     kills = [det for _, k, r, _, det in full_events(out) if k == "kill"]

@@ -7,12 +7,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import h5py
 import pytest
 
-from conftest import ENV, MPIRUN, NTPBENCH, ROOT, events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, steps
+from conftest import MPIRUN, NTPBENCH, ROOT, events, needs_ulfm, ntpbench, replay, replicas, run_and_kill, schedule, \
+    signal_when, steps
 
 pytestmark = needs_ulfm
 
@@ -99,24 +99,12 @@ def test_a_dead_spare_leaves_the_pool(tmp_path):
     cmd = [*MPIRUN, "-np", "12", str(NTPBENCH), *map(str, JOB), "--spare-use", "takeover", "--steps", 16,
            "--timing", "paced", "--device-gflops", "0.2", "--schedule", str(schedule(tmp_path, text)), "--out",
            str(out)]
-    proc = subprocess.Popen(list(map(str, cmd)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        victim, deadline = None, time.time() + 60
-        while victim is None and time.time() < deadline:
-            time.sleep(0.3)
-            try:
-                with h5py.File(out, "r", locking=False) as f:
-                    if len(f["steps"]) >= 3 and "spares" in f.attrs:
-                        victim = json.loads(f.attrs["spares"])[0]["pid"]
-            except (OSError, KeyError):
-                pass
-        assert victim is not None, "the run did not get going"
-        os.kill(victim, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0 and "done: 16 steps" in output, output
+
+    def spare0(f):
+        return json.loads(f.attrs["spares"])[0]["pid"] if len(f["steps"]) >= 3 and "spares" in f.attrs else None
+
+    rc, output, _ = signal_when(cmd, out, spare0, signal.SIGKILL, poll=0.3, run_timeout=240)
+    assert rc == 0 and "done: 16 steps" in output, output
     kinds = [(s, k) for s, k, _ in events(out)]
     assert (12, "spare_lost") in kinds and (12, "takeover") in kinds, kinds
     spares, held = processes(out)
