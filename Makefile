@@ -197,9 +197,10 @@ soak: build py-deps
 	@mkdir -p $(SOAK_OUT); fail=0; cost=; \
 	if [ "$(SOAK_KILL_MODE)" = signal ]; then \
 	  echo "== soak: what Open MPI itself keeps per replaced process (bench/ulfm_respawn_cost, $(RANKS) ranks)"; \
-	  if timeout 300 $(MPIRUN) -np $(RANKS) $(BUILD)/bench/ulfm_respawn_cost --cycles 30 --timeout 240 \
+	  if tests/timeout_with_stacks.sh 300 $(MPIRUN) -np $(RANKS) $(BUILD)/bench/ulfm_respawn_cost --cycles 30 --timeout 240 \
 	      --json $(SOAK_LIBRARY_COST) 2> $(SOAK_OUT)/library-cost.log; then cost="--library-cost $(SOAK_LIBRARY_COST)"; \
-	  else echo "soak: ulfm_respawn_cost failed (its stderr: $(SOAK_OUT)/library-cost.log); runs are judged on their raw growth"; fail=1; fi; \
+	  else echo "soak: ulfm_respawn_cost failed; runs are judged on their raw growth. The end of its stderr ($(SOAK_OUT)/library-cost.log):"; \
+	    tail -n 40 $(SOAK_OUT)/library-cost.log; fail=1; fi; \
 	fi; \
 	for p in $(DEMO_POLICIES); do \
 	  echo "== soak: policy $$p, $(SOAK_STEPS) steps, kill mode $(SOAK_KILL_MODE)"; start=$$(date +%s); \
