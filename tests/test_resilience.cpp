@@ -11,6 +11,7 @@
 #include "grad_sync.hpp"
 #include "ntp_layout.hpp"
 #include "param_layout.hpp"
+#include "rebalance.hpp"
 #include "reshard.hpp"
 #include "schedule.hpp"
 #include "test_util.hpp"
@@ -196,6 +197,72 @@ TEST(Configuration, StagesOfADamagedReplicaShareItsDegree) {
   EXPECT_THROW(Topology(12, 0, 4, 2), std::invalid_argument);
 }
 
+
+// Rebalancing by speed (rebalance.hpp): equal speeds give Megatron's even split; a rank at half
+// speed gets less, every rank keeps a whole unit of each dimension, and the replica's slowest rank
+// finishes within 1% of the ideal (the load spread in proportion to speed: 4 / 3.5 of a healthy
+// rank's time for one rank of four at half speed).
+TEST(Rebalance, SharesFollowSpeed) {
+  for (const std::string name : {"small", "tiny", "llama-tiny", "gpt2"}) {
+    SCOPED_TRACE(name);
+    const ModelConfig m = preset(name);
+    const int T = std::min(m.context, 128);
+    const TpLayout even = speed_layout(m, T, {1, 1, 1, 1});
+    EXPECT_EQ(even.heads, TpLayout::even(m, 4).heads);
+    EXPECT_EQ(even.mlp, TpLayout::even(m, 4).mlp);
+    EXPECT_EQ(even.vocab, TpLayout::even(m, 4).vocab);
+    EXPECT_DOUBLE_EQ(relative_step_time(m, T, even, {1, 1, 1, 1}, 4), 1.0);
+    for (double slow : {0.5, 0.8, 0.1}) {
+      const std::vector<double> speed = {1, 1, slow, 1};
+      const TpLayout l = speed_layout(m, T, speed);
+      for (const ShardMap* map : {&l.heads, &l.mlp, &l.vocab}) {
+        for (int j = 0; j < 4; ++j) EXPECT_GE(map->count(j), 1);
+        EXPECT_LE(map->count(2), map->count(0));
+      }
+      EXPECT_LT(l.mlp.count(2), l.mlp.count(0));
+      // The ideal, up to the healthy split's own unevenness (gpt2's 50257 rows over 4 ranks).
+      const double ideal = 4 / (3 + slow), got = relative_step_time(m, T, l, speed, 4);
+      EXPECT_GE(got, ideal * (1 - 1e-4));
+      if (slow >= 0.5) {
+        EXPECT_LE(got, ideal * 1.01) << "speed " << slow;
+      } else {
+        // At 0.1 the head it must keep alone takes more than its ideal share: better than the
+        // even split all the same.
+        EXPECT_LT(got, 0.5 / slow) << "speed " << slow;
+      }
+      EXPECT_NEAR(relative_step_time(m, T, TpLayout::even(m, 4), speed, 4), 1 / slow, 1e-4 / slow);
+    }
+  }
+}
+
+// The replica holding a slow rank takes its speed layout and the batch that keeps pace with the
+// healthy replica (within kRebalanceSlack, in whole sequences or micro-batches); the other replica
+// keeps the even split, and the sync is no longer the uniform one.
+TEST(Rebalance, TheSlowReplicaKeepsPace) {
+  const ModelConfig m = preset("small");
+  const Topology topo(8, 0, 4);
+  const std::vector<char> alive(8, 1);
+  std::vector<double> speed(8, 1.0);
+  speed[3] = 0.5;
+  Configuration c = plan_configuration(Policy::Ntp, topo, m, 8, 1.3, alive);
+  ASSERT_TRUE(c.uniform());
+  rebalance_by_speed(c, m, 128, 4, 8, 1, speed);
+  EXPECT_EQ(c.batches(), (std::vector<int>{7, 8}));  // floor(8 x 1.02 / (8/7 + a little)) = 7
+  EXPECT_EQ(c.degrees(), (std::vector<int>{4, 4}));
+  EXPECT_FALSE(c.uniform());
+  EXPECT_EQ(c.replicas[1].layout.mlp, TpLayout::even(m, 4).mlp);
+  EXPECT_LT(c.replicas[0].layout.mlp.count(3), c.replicas[0].layout.mlp.count(0));
+  // In micro-batches: 4 of 2 sequences become floor(4 x 1.02 x 7/8) = 3.
+  Configuration mc = plan_configuration(Policy::Ntp, topo, m, 8, 1.3, alive, 4);
+  rebalance_by_speed(mc, m, 128, 4, 8, 4, speed);
+  EXPECT_EQ(mc.replicas[0].micro_batches, 3);
+  EXPECT_EQ(mc.batches(), (std::vector<int>{6, 8}));
+  // Nobody slow: nothing changes.
+  Configuration same = plan_configuration(Policy::Ntp, topo, m, 8, 1.3, alive);
+  rebalance_by_speed(same, m, 128, 4, 8, 1, std::vector<double>(8, 1.0));
+  EXPECT_TRUE(same.uniform());
+  EXPECT_EQ(same.batches(), (std::vector<int>{8, 8}));
+}
 
 // A deterministic gradient value for replica q, tensor t, canonical element e.
 float grad_value(int q, int t, long e) {

@@ -112,6 +112,23 @@ TEST(Stragglers, TheGeneratorDrawsSlowEpisodesWithoutMovingItsFailures) {
                ntp::ScheduleError);
 }
 
+// A rank that does not train (evicted) is judged by its probe's ratio where one is given: its
+// episode ends after `window` steps at or below the threshold.
+TEST(Stragglers, AProbedRankIsJudgedByItsProbe) {
+  ntp::StragglerDetector d(1.2, 2);
+  const std::vector<int> group = {0, 0, 0, 0};
+  for (int s = 0; s < 2; ++s) d.observe({0.1, 0.1, 0.1, 0.2}, group);
+  ASSERT_TRUE(d.straggler(3));
+  // Out of training: no compute; its probe says 2x, then 1x.
+  EXPECT_TRUE(d.observe({0.1, 0.1, 0.1, 0}, group, {0, 0, 0, 2.0}).empty());
+  EXPECT_TRUE(d.observe({0.1, 0.1, 0.1, 0}, group, {0, 0, 0, 1.0}).empty());
+  EXPECT_TRUE(d.observe({0.1, 0.1, 0.1, 0}, group, {0, 0, 0, 0}).empty());  // no probe: no count
+  const auto v = d.observe({0.1, 0.1, 0.1, 0}, group, {0, 0, 0, 1.05});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_FALSE(v[0].starts);
+  EXPECT_DOUBLE_EQ(v[0].ratio, 1.025);
+}
+
 double seconds_of(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
   f();

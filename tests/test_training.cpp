@@ -227,6 +227,62 @@ TEST(PipelineRecovery, NonuniformTpAcrossReplicas) {
   }
 }
 
+// A replica rebalanced by speed (--straggler-policy rebalance): rank 2 at half speed gets a smaller
+// share of replica 0's MLP columns and vocabulary rows (tiny's four heads stay one per rank) and
+// replica 0 a cut batch, healed into place by the reshard primitive; then back to the even split.
+// Every step's loss and the parameters at the end against one rank taking the same global batches.
+TEST(Rebalance, BySpeedMatchesOneRank) {
+  if (world_size() < 8) GTEST_SKIP() << "needs 8 ranks";
+  for (const std::string name : {"tiny", "llama-tiny"}) {
+    const std::uint64_t seed = shared_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << name);
+    auto world = world_comm();
+    Trainer run(tiny_options(seed, 4, 2, name), *world, 2);
+    auto self = self_comm();
+    Trainer ref(tiny_options(seed, 1, 4, name), *self, 4);
+    std::vector<double> losses, ref_losses;
+    const auto step = [&](const std::vector<int>& batch) {
+      const StepResult r = run.step(batch);
+      EXPECT_TRUE(r.trained);
+      EXPECT_GT(r.compute_flops, 0);
+      losses.push_back(r.loss);
+      ref_losses.push_back(ref.step({batch[0] + batch[1]}).loss);
+    };
+    step({2, 2});
+    std::vector<double> speed(8, 1.0);
+    speed[2] = 0.5;
+    run.set_rank_speeds(speed);
+    const Recovery rc = run.reconfigure(std::vector<char>(8, 1));
+    EXPECT_FALSE(rc.restored);
+    const Configuration& cfg = run.configuration();
+    EXPECT_FALSE(cfg.uniform());
+    EXPECT_EQ(cfg.batches(), (std::vector<int>{1, 2}));  // floor(2 x 1.02 / 1.14..) = 1
+    EXPECT_LT(cfg.replicas[0].layout.mlp.count(2), cfg.replicas[0].layout.mlp.count(0));
+    EXPECT_EQ(cfg.replicas[1].layout.mlp, TpLayout::even(run.model().layout().model(), 4).mlp);
+    for (int s = 0; s < 3; ++s) step(cfg.batches());
+    run.set_rank_speeds({});
+    run.reconfigure(std::vector<char>(8, 1));
+    EXPECT_TRUE(run.configuration().uniform());
+    step({2, 2});
+    for (std::size_t s = 0; s < losses.size(); ++s)
+      EXPECT_NEAR(losses[s], ref_losses[s], kTol * ref_losses[s]) << "step " << s + 1;
+    const std::string path = tmp_path("rebalanced.h5", seed);
+    run.save_checkpoint(path);
+    world->barrier();
+    const ModelConfig& m = ref.model().layout().model();
+    const ParamDiff diff = compare_params(m, read_checkpoint_params(path, m), canonical_params(ref.model()),
+                                          key_bias_bound(1e-3, int(losses.size())));
+    EXPECT_TRUE(diff.within(kTol)) << diff.describe();
+    world->barrier();  // every rank has read the file
+    if (world->rank() == 0) {
+      std::printf("[ measured ] %s rebalanced replica (rank 2 at half speed): parameters after %zu steps %s\n",
+                  name.c_str(), losses.size(), diff.describe().c_str());
+      std::filesystem::remove(path);
+    }
+    world->barrier();
+  }
+}
+
 // (preset, TP saved at, TP resumed at): save after 3 steps, resume for 3 more: the same as 6 steps
 // on one rank.
 class Resume : public ::testing::TestWithParam<std::tuple<std::string, int, int>> {};

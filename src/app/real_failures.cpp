@@ -23,7 +23,8 @@ nlohmann::json to_json(const JoinMessage& m) {
           {"initial_cursor", s.initial_cursor}, {"steps", s.steps}, {"initial_steps", s.initial_steps},
           {"restore_path", s.restore_path}, {"last_checkpoint", m.last_checkpoint},
           {"threads", m.options.threads}, {"recorder", m.recorder}, {"hosts", m.hosts},
-          {"peak_gflops", m.peak.gflops}, {"peak_source", m.peak.source}, {"added_revivals", m.added_revivals}};
+          {"peak_gflops", m.peak.gflops}, {"peak_source", m.peak.source}, {"added_revivals", m.added_revivals},
+          {"rank_speed", s.rank_speed}, {"evicted", m.evicted}, {"probe_base", m.probe_base}};
 }
 
 JoinMessage join_message_from_json(const nlohmann::json& j) {
@@ -45,6 +46,9 @@ JoinMessage join_message_from_json(const nlohmann::json& j) {
   m.hosts = j.at("hosts").get<std::vector<std::string>>();
   m.peak = {j.at("peak_gflops").get<double>(), j.at("peak_source").get<std::string>()};
   m.added_revivals = j.at("added_revivals").get<std::vector<std::pair<int, int>>>();
+  m.state.rank_speed = j.at("rank_speed").get<std::vector<double>>();
+  m.evicted = j.at("evicted").get<std::vector<int>>();
+  m.probe_base = j.at("probe_base");
   return m;
 }
 
@@ -90,6 +94,9 @@ JoinMessage TrainingRun::join_message(int s, const std::vector<int>& ranks) cons
   m.hosts = hosts_;
   m.peak = peak_;
   m.added_revivals = schedule_.added();
+  for (int r = 0; r < int(evicted_.size()); ++r)
+    if (evicted_[r]) m.evicted.push_back(r);
+  m.probe_base = probe_base_;
   return m;
 }
 
@@ -251,7 +258,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
         record_->write_missing_row(finished_, group_->size());  // the previous step's, if a failure kept it out
       }
       const int steps_before = trainer_->steps_taken();
-      const Recovery rc = trainer_->reconfigure(alive_);
+      const Recovery rc = trainer_->reconfigure(training_members());
       release_free_memory();
       restored_ = restored_ || rc.restored;
       const RecoveryFigures f = figures(rc, steps_before);

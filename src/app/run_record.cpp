@@ -229,13 +229,36 @@ void RunRecord::record_straggler(int s, const StragglerVerdict& v, double t) {
   rec_->event(make_event(t, s, v.starts ? "straggler" : "straggler_end", v.rank, replica, 0, 0,
                          fmt::format("compute {:.2f}x its peers' median over {} steps (threshold {:g})", v.ratio,
                                      o_.straggler_window, o_.straggler_threshold)));
+  const std::string then = o_.straggler_policy == "evict"       ? "it leaves the training groups next step"
+                           : o_.straggler_policy == "rebalance" ? "its replica shares by speed from the next step"
+                                                                : "the job runs at its pace";
   if (v.starts)
     fmt::print("step {:5d}: rank {} is a straggler: its compute took {:.2f}x its peers' (median of {} steps, "
-               "--straggler-threshold {:g}); the job runs at its pace\n",
-               s, v.rank, v.ratio, o_.straggler_window, o_.straggler_threshold);
+               "--straggler-threshold {:g}); {}\n",
+               s, v.rank, v.ratio, o_.straggler_window, o_.straggler_threshold, then);
   else
     fmt::print("step {:5d}: rank {} is no longer a straggler ({:.2f}x its peers' over {} steps)\n", s, v.rank, v.ratio,
                o_.straggler_window);
+  std::fflush(stdout);
+}
+
+void RunRecord::record_straggler_action(int s, const StragglerAction& a, const RecoveryFigures* f, double t) {
+  const int replica = trainer_.topology().replica_of_rank(a.rank);
+  const Configuration& cfg = trainer_.configuration();
+  const std::string now = fmt::format("TP {} batches {}", format_degrees(cfg.degrees()), cfg.batches());
+  std::string what = a.why.empty() ? now : a.why;
+  double seconds = 0, bytes = 0;
+  if (f) {
+    seconds = f->worst[0] + f->worst[1] + f->worst[2];
+    bytes = f->bytes;
+    what = fmt::format("TP {} -> {}; now {}", f->rc.before, f->rc.after, now);
+  }
+  rec_->event(make_event(t, s, a.kind, a.rank, replica, bytes, seconds, what));
+  if (a.kind == "evict_refused")
+    fmt::print("step {:5d}: straggler rank {} stays: {} (tolerated)\n", s, a.rank, a.why);
+  else
+    fmt::print("step {:5d}: straggler rank {}: {} | {}{}\n", s, a.rank, a.kind, what,
+               f ? fmt::format(" | reconfigured and healed {:.2f} MB in {:.2f} ms", bytes / 1e6, seconds * 1e3) : "");
   std::fflush(stdout);
 }
 

@@ -40,6 +40,14 @@ struct RecoveryFigures {
   int steps_before = 0;
 };
 
+// What --straggler-policy did about a verdict: kind evict, evict_refused (why says why), rejoin,
+// rebalance (its replica's shares follow its speed) or rebalance_end.
+struct StragglerAction {
+  int rank;
+  std::string kind;
+  std::string why;
+};
+
 // A repair after real deaths, as the survivors measured it: the interrupted attempt's start, the
 // first and the last survivor's notice, and the slowest revoke + agree + shrink.
 struct RepairTimes {
@@ -96,6 +104,9 @@ class RunRecord {
   // A schedule's slowdown of a rank, and a straggler found or gone (straggler.hpp), at step s.
   void record_slowdown(int s, const Slowdown& d, double t);
   void record_straggler(int s, const StragglerVerdict& v, double t);
+  // What the straggler policy did at step s, with the reconfiguration's figures (null when nothing
+  // changed, or for the second and later actions of one reconfiguration).
+  void record_straggler_action(int s, const StragglerAction& a, const RecoveryFigures* f, double t);
   // A repair after the deaths of `lost` in step s (repairs: the unscheduled deaths and the step
   // each comes back at), then its reconfiguration. hung: for each of `lost`, when it froze and was
   // declared hung, if it was (TrainingRun::settle_hung).

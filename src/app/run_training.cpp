@@ -219,6 +219,10 @@ int run_training(Options o, Comm& world) {
   if (layout.spares() > 0 && o.kill_mode != "signal")
     throw UsageError("spares (--spares-per-host, --spare-hosts) replace processes that really died: they need "
                      "--kill-mode signal (Open MPI >= 5 with ULFM, mpirun --with-ft ulfm)");
+  if (o.straggler_policy != "tolerate" && o.straggler_threshold <= 0)
+    throw UsageError(fmt::format("--straggler-policy {} acts on detected stragglers: set --straggler-threshold "
+                                 "(e.g. 1.2)",
+                                 o.straggler_policy));
   Schedule schedule = validate_schedule(o, layout.trainer_hosts);
   validate_data_file(o, world);
   settle_revivals_across_hosts(o, layout, schedule, mode_chosen, root);

@@ -165,6 +165,7 @@ void TrainingRun::print_banner() const {
 }
 
 void TrainingRun::start_clock() {
+  if (o_.straggler_policy == "evict") measure_probe_base();
   group_->barrier();  // everyone starts the clock together
   t0_ = std::chrono::steady_clock::now();
   trainer_->clock().take();  // phase accounting starts with the first step
@@ -180,8 +181,9 @@ void TrainingRun::apply_slowdowns(int s, const StepEvents& ev) {
 double TrainingRun::apply_events(int s) {
   const StepEvents& ev = schedule_.at(s);
   apply_slowdowns(s, ev);
-  if (ev.kill.empty() && ev.revive.empty()) return 0;
-  if (!signal()) return reconfigure(s, ev);
+  const double stragglers = act_on_stragglers(s);
+  if (ev.kill.empty() && ev.revive.empty()) return stragglers;
+  if (!signal()) return stragglers + reconfigure(s, ev);
   // Signal mode: a victim dies at its phase of this step and the others find out from MPI; ranks
   // to revive are new processes. A kill of a rank already dead (an unscheduled death) is moot, as
   // is a revival of one that lives.
@@ -190,7 +192,84 @@ double TrainingRun::apply_events(int s) {
   std::vector<int> back;
   for (int r : ev.revive)
     if (!alive_[r]) back.push_back(r);
-  return back.empty() ? 0 : revive(s, back);
+  return stragglers + (back.empty() ? 0 : revive(s, back));
+}
+
+std::vector<char> TrainingRun::training_members() const {
+  std::vector<char> m = alive_;
+  for (std::size_t r = 0; r < m.size(); ++r) m[r] = m[r] && !evicted_[r];
+  return m;
+}
+
+void TrainingRun::measure_probe_base() {
+  double best = trainer_->probe_seconds();  // the first also allocates: the best of three
+  for (int i = 0; i < 2; ++i) best = std::min(best, trainer_->probe_seconds());
+  std::vector<double> all(alive_.size(), 0.0);
+  all[me_] = best;
+  group_->allreduce_sum(all.data(), all.size());
+  std::vector<double> measured;
+  for (double t : all)
+    if (t > 0) measured.push_back(t);
+  std::sort(measured.begin(), measured.end());
+  probe_base_ = measured[measured.size() / 2];
+}
+
+double TrainingRun::act_on_stragglers(int s) {
+  if (straggler_verdicts_.empty()) return 0;
+  const std::vector<StragglerVerdict> verdicts = std::exchange(straggler_verdicts_, {});
+  const bool evict = o_.straggler_policy == "evict";
+  std::vector<char> evicted = evicted_;
+  std::vector<double> speed = trainer_->rank_speeds();
+  speed.resize(alive_.size(), 1.0);
+  std::vector<StragglerAction> actions;
+  for (const StragglerVerdict& v : verdicts) {
+    if (!alive_[v.rank]) continue;  // it died since
+    if (!evict) {
+      speed[v.rank] = v.starts ? 1.0 / v.ratio : 1.0;
+      actions.push_back({v.rank, v.starts ? "rebalance" : "rebalance_end", ""});
+      continue;
+    }
+    if (!v.starts) {
+      evicted[v.rank] = 0;
+      actions.push_back({v.rank, "rejoin", ""});
+      continue;
+    }
+    // An eviction that would stop every replica or lose shards no live rank holds is not made:
+    // the straggler is tolerated instead.
+    std::vector<char> trial = evicted;
+    trial[v.rank] = 1;
+    std::vector<char> members = alive_;
+    for (std::size_t r = 0; r < members.size(); ++r) members[r] = members[r] && !trial[r];
+    const Configuration after = plan_for(o_, trainer_->topology(), members);
+    if (after.active_replicas() == 0 || !trainer_->state_survives(members)) {
+      actions.push_back({v.rank, "evict_refused",
+                         after.active_replicas() == 0 ? "no replica could train without it"
+                                                      : "no live rank holds its shards"});
+      continue;
+    }
+    evicted = trial;
+    actions.push_back({v.rank, "evict", ""});
+  }
+  const bool changed = evicted != evicted_ || (!evict && speed != trainer_->rank_speeds());
+  if (!changed) {
+    if (root())
+      for (const StragglerAction& a : actions) record_->record_straggler_action(s, a, nullptr, now());
+    return 0;
+  }
+  progress(s, "a reconfiguration for a straggler");
+  const double t_event = now();
+  evicted_ = evicted;
+  if (!evict) trainer_->set_rank_speeds(std::all_of(speed.begin(), speed.end(), [](double x) { return x == 1.0; })
+                                            ? std::vector<double>{}
+                                            : speed);
+  const int before = trainer_->steps_taken();
+  const Recovery rc = trainer_->reconfigure(training_members());
+  release_free_memory();
+  const RecoveryFigures f = figures(rc, before);
+  if (root())
+    for (std::size_t i = 0; i < actions.size(); ++i)
+      record_->record_straggler_action(s, actions[i], i == 0 ? &f : nullptr, t_event);
+  return f.worst[0] + f.worst[1] + f.worst[2];
 }
 
 // Fence mode: every rank applies the schedule's membership at once.
@@ -200,7 +279,7 @@ double TrainingRun::reconfigure(int s, const StepEvents& ev) {
   for (int r : ev.kill) alive_[r] = 0;
   for (int r : ev.revive) alive_[r] = 1;
   const int before = trainer_->steps_taken();
-  const Recovery rc = trainer_->reconfigure(alive_);
+  const Recovery rc = trainer_->reconfigure(training_members());
   release_free_memory();
   const RecoveryFigures f = figures(rc, before);
   if (root()) record_->record_recovery(s, ev, f, t_event);
@@ -268,6 +347,11 @@ StepResult TrainingRun::attempt(int s, double t_start, double recovery_seconds, 
     idle_seconds = wait;
   }
   const StepResult r = trainer_->step();  // with no active replica: advances nothing
+  if (evicted_[me_]) {
+    // An evicted straggler measures itself while the others train (it would wait for them anyway).
+    PhaseScope idle(trainer_->clock(), Phase::Idle);
+    probe_ratio_ = trainer_->probe_seconds() / probe_base_;
+  }
   progress(s, "the barrier and the report after the update");
   // The step has committed (or the idle slot passed): a failure from here on does not undo it.
   last_ = r;
@@ -297,7 +381,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   const auto usage_of = [](const Report& rep) {
     return RankUsage{static_cast<std::int64_t>(rep.rss_bytes), static_cast<std::int32_t>(rep.open_fds)};
   };
-  if (stragglers_.enabled()) watch_stragglers(s, mine.phases, r.trained);
+  if (stragglers_.enabled()) watch_stragglers(s, mine.phases, r);
   // Its own part first: a row written after a failed gather holds what the root knows.
   if (root()) record_->set_rank_row(me_, mine.phases, usage_of(mine));
   std::vector<double> gathered(root() ? std::size_t(group_->size()) * kReportSize : 0);
@@ -317,18 +401,27 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   record_->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds}, group_->size());
 }
 
-void TrainingRun::watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, bool trained) {
-  std::vector<double> compute(alive_.size(), 0.0);
-  if (trained)
-    compute[me_] = phases[int(Phase::Forward)] + phases[int(Phase::Backward)] + phases[int(Phase::Optimizer)];
-  group_->allreduce_sum(compute.data(), compute.size());
+void TrainingRun::watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, const StepResult& r) {
+  // Seconds per FLOP, so that a rank given a smaller share (rebalance) still shows its speed; an
+  // evicted rank's probe ratio beside it.
+  const std::size_t n = alive_.size();
+  std::vector<double> both(2 * n, 0.0);
+  if (r.trained && r.compute_flops > 0)
+    both[me_] = (phases[int(Phase::Forward)] + phases[int(Phase::Backward)] + phases[int(Phase::Optimizer)]) /
+                r.compute_flops;
+  if (evicted_[me_]) both[n + me_] = probe_ratio_;
+  group_->allreduce_sum(both.data(), both.size());
+  const std::vector<double> compute(both.begin(), both.begin() + std::ptrdiff_t(n));
+  const std::vector<double> probe(both.begin() + std::ptrdiff_t(n), both.end());
   // Peers compute equal shares: the TP group of one replica at one pipeline stage.
   const Configuration& cfg = trainer_->configuration();
   std::vector<int> group(alive_.size(), -1);
   for (int r = 0; r < int(group.size()); ++r)
     if (const int q = cfg.replica_of(r); q >= 0) group[r] = q * cfg.replicas[q].stages + cfg.stage_of(r);
-  for (const StragglerVerdict& v : stragglers_.observe(compute, group))
+  for (const StragglerVerdict& v : stragglers_.observe(compute, group, probe)) {
     if (root()) record_->record_straggler(s, v, now());
+    if (o_.straggler_policy != "tolerate") straggler_verdicts_.push_back(v);
+  }
 }
 
 void TrainingRun::maybe_checkpoint(int s, bool trained) {

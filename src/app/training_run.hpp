@@ -41,6 +41,8 @@ struct JoinMessage {
   std::vector<std::string> hosts;  // each logical rank's host at job start
   Peak peak;                       // the run's MFU denominator, fixed at its start
   std::vector<std::pair<int, int>> added_revivals;  // Schedule::added(): (step, rank)
+  std::vector<int> evicted;        // logical ranks evicted as stragglers (--straggler-policy evict)
+  double probe_base = 0;           // ... and the job's healthy probe time (TrainingRun::measure_probe_base)
 };
 
 // Real failures left no replica able to train and no revival is scheduled: the run cannot go on.
@@ -58,7 +60,7 @@ class TrainingRun {
   TrainingRun(Options o, Comm& world, Schedule schedule, std::vector<std::string> hosts)
       : o_(std::move(o)), group_(&world), me_(world.rank()), schedule_(std::move(schedule)), hosts_(std::move(hosts)),
         threads_(configure_threads(o_.threads, world)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)),
-        alive_(world.size(), 1) {
+        alive_(world.size(), 1), evicted_(world.size(), 0) {
     if (!o_.init_from.empty()) trainer_->load_checkpoint(o_.init_from, o_.init_weights_only);
     o_.opt.total_steps = trainer_->steps_taken() + o_.steps;
     peak_ = find_peak(o_, world, threads_);
@@ -69,7 +71,10 @@ class TrainingRun {
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
       : o_(m.options), group_(group.get()), owned_group_(std::move(group)), me_(logical_rank),
         schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads, *group_)), peak_(m.peak),
-        alive_(m.state.alive), recorder_(m.recorder), last_ckpt_(m.last_checkpoint) {
+        alive_(m.state.alive), evicted_(m.state.alive.size(), 0), recorder_(m.recorder),
+        last_ckpt_(m.last_checkpoint) {
+    for (int r : m.evicted) evicted_[r] = 1;
+    probe_base_ = m.probe_base;
     JoinState js = m.state;
     js.logical_rank = me_;
     trainer_ = std::make_unique<Trainer>(o_, *group_, o_.micro_batch, js);
@@ -115,8 +120,18 @@ class TrainingRun {
   void progress(int s, const char* what);
   StepResult attempt(int s, double t_start, double recovery_seconds, double& idle_seconds);
   void report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds);
-  // Every rank's compute time of step s to every rank (collective), and the stragglers they show.
-  void watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, bool trained);
+  // Every rank's compute cost of step s to every rank (collective), and the stragglers they show;
+  // under --straggler-policy evict|rebalance their verdicts are kept for the next step's events.
+  void watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, const StepResult& r);
+  // The last report's straggler verdicts, acted on (collective; every rank holds the same ones):
+  // evicted ranks leave the training groups or come back, or replicas take layouts by speed.
+  // Returns the reconfiguration's seconds (0 when nothing changes).
+  double act_on_stragglers(int s);
+  // --straggler-policy evict: every rank's probe (Trainer::probe_seconds) at the start; their
+  // median is the healthy time an evicted rank's probe is held against (collective).
+  void measure_probe_base();
+  // The ranks that train: alive and not evicted.
+  std::vector<char> training_members() const;
   // A schedule's `slow` events of step s: this rank's pacer, and the record.
   void apply_slowdowns(int s, const StepEvents& ev);
   double recover(int s, const PeerFailure& e, double t_attempt);
@@ -156,12 +171,16 @@ class TrainingRun {
   // root() only. It refers to o_, hosts_, trainer_ and peak_, declared above so they outlive it.
   std::unique_ptr<RunRecord> record_;
   std::vector<char> alive_;
+  std::vector<char> evicted_;  // per logical rank: a straggler out of the training groups (evict)
   int recorder_ = 0;  // logical rank holding the results file
   std::optional<KillAt> doom_;  // signal mode: this rank's scheduled death in the current step
   bool doom_hangs_ = false;     // ... which is a hang: the process stops (SIGSTOP) instead of dying
   // Signal mode: this rank's heartbeat and progress, and its watch over its host's other ranks.
   std::unique_ptr<HangWatch> hang_watch_;
   StragglerDetector stragglers_{o_.straggler_threshold, o_.straggler_window};
+  std::vector<StragglerVerdict> straggler_verdicts_;  // the last report's, for act_on_stragglers
+  double probe_base_ = 0;   // evict: the job's median probe seconds at its start
+  double probe_ratio_ = 0;  // evicted: this step's probe over probe_base_
   StepResult last_;             // this rank's latest step result
   // This rank's last finished attempt: the row a failure kept out of the results file (a failed
   // metrics gather, a recorder that died) is written from it by whoever then holds the file.

@@ -69,8 +69,10 @@ std::vector<int> Configuration::degrees() const {
   return d;
 }
 bool Configuration::uniform() const {
+  const auto even = [this](const ShardMap& map) { return map == ShardMap::even(map.units(), n2); };
   for (const auto& r : replicas)
-    if (r.active() && r.degree() != n2) return false;
+    if (r.active() && (r.degree() != n2 || !even(r.layout.heads) || !even(r.layout.mlp) || !even(r.layout.vocab)))
+      return false;
   return true;
 }
 int Configuration::replica_of(int world_rank) const {

@@ -55,7 +55,8 @@ struct Configuration {
   long long samples() const;         // global batch in sequences
   std::vector<int> batches() const;  // per replica
   std::vector<int> degrees() const;  // per replica, 0 when down
-  // Every active replica at degree n2: plain per-slot all-reduce, no core/extra regrouping.
+  // Every active replica at degree n2 with the even split: plain per-slot all-reduce, no core/extra
+  // regrouping (a replica rebalanced by speed, rebalance.hpp, has another split at the same degree).
   bool uniform() const;
   // Which replica (stage, TP index) a world rank trains in, or -1.
   int replica_of(int world_rank) const;

@@ -1,13 +1,15 @@
 #pragma once
 // Stragglers: a rank whose compute stays slower than its peers'. Every step each live rank's
-// compute time (forward + backward + optimizer, its waits in collectives left out) is known to all
-// (TrainingRun shares it); every rank runs this detector on the same numbers, so all reach the same
+// compute cost (TrainingRun: the seconds of its forward, backward and optimizer per FLOP of them,
+// its waits in collectives left out, so that a rank given a smaller share is not taken for a fast
+// one) is known to all; every rank runs this detector on the same numbers, so all reach the same
 // verdicts without another message.
 //
-// A rank's ratio is its compute time over the median of the other ranks of its group (its replica's
-// TP group at its pipeline stage: they compute equal shares), or of every other live rank where it
-// has no group peer. A rank whose ratio stays above `threshold` for `window` consecutive steps
-// becomes a straggler; one whose ratio stays at or below it for `window` steps is one no longer.
+// A rank's ratio is its cost over the median of the other ranks of its group (its replica's TP
+// group at its pipeline stage), or of every other live rank where it has no group peer. A rank
+// that does not train (an evicted straggler) may be measured by a probe instead, whose ratio is
+// given directly. A rank whose ratio stays above `threshold` for `window` consecutive steps becomes
+// a straggler; one whose ratio stays at or below it for `window` steps is one no longer.
 #include <vector>
 
 namespace ntp {
@@ -23,9 +25,12 @@ class StragglerDetector {
   StragglerDetector(double threshold, int window) : threshold_(threshold), window_(window) {}
   bool enabled() const { return threshold_ > 0 && window_ > 0; }
 
-  // One step: compute[r] the seconds of logical rank r (<= 0 or NaN: not training this step, which
-  // breaks no streak and counts for nothing), group[r] its group (ranks with equal ids are peers).
-  std::vector<StragglerVerdict> observe(const std::vector<double>& compute, const std::vector<int>& group);
+  // One step: compute[r] the cost of logical rank r (<= 0 or NaN: not training this step, which
+  // breaks no streak and counts for nothing), group[r] its group (ranks with equal ids are peers);
+  // probe[r] > 0, where given, is the ratio of a rank that does not train (its probe over a healthy
+  // rank's).
+  std::vector<StragglerVerdict> observe(const std::vector<double>& compute, const std::vector<int>& group,
+                                        const std::vector<double>& probe = {});
   bool straggler(int rank) const { return rank < int(state_.size()) && state_[rank].straggler; }
 
  private:

@@ -200,17 +200,25 @@ std::vector<OptionSpec> failure_options() {
                "an emulated kill",
        .check = Check::Positive, .missing = Missing::Default},
       {.flag = "--straggler-threshold", .key = "stragglers/threshold", .field = NTP_FIELD(straggler_threshold),
-       .help = "Stragglers: a rank whose compute time (forward, backward, optimizer; not its waits) stays above "
-               "this many times the median of its TP group's other ranks for --straggler-window steps is a "
-               "straggler (e.g. 1.2); every rank reaches the same verdict from the same numbers, and /events and "
-               "the console record it with the measured factor, and its end. The job runs at its pace (tolerated). "
-               "Default 0: no detection (under --timing wall with ranks sharing cores, compute times measure the "
-               "contention)",
+       .help = "Stragglers: a rank whose compute time per FLOP (forward, backward, optimizer; not its waits) "
+               "stays above this many times the median of its TP group's other ranks for --straggler-window steps "
+               "is a straggler (e.g. 1.2); every rank reaches the same verdict from the same numbers, and /events "
+               "and the console record it with the measured factor, and its end; --straggler-policy says what is "
+               "done. Default 0: no detection (under --timing wall with ranks sharing cores, compute times measure "
+               "the contention)",
        .check = Check::NonNegative, .missing = Missing::Default},
       {.flag = "--straggler-window", .key = "stragglers/window", .field = NTP_FIELD(straggler_window),
        .help = "Consecutive steps a rank's compute must stay above --straggler-threshold to be named a straggler, "
                "and at or below it to be one no longer",
        .check = Check::Positive, .missing = Missing::Default},
+      {.flag = "--straggler-policy", .key = "stragglers/policy", .field = NTP_FIELD(straggler_policy),
+       .help = "What a straggler's verdict does from the next step (needs --straggler-threshold): tolerate (the "
+               "job runs at its pace), evict (it leaves the training groups as if failed under --policy, its "
+               "process alive; a probe it runs while the others train names the end of its episode, and it "
+               "rejoins, healed from its peers) or rebalance (its replica keeps every rank and shares heads, MLP "
+               "columns and vocabulary rows in proportion to measured speed, with the batch cut where whole "
+               "units cannot keep pace)",
+       .check = Check::OneOf, .choices = {"tolerate", "evict", "rebalance"}, .missing = Missing::Default},
       {.flag = "--spares-per-host", .key = "spares/per_host", .field = NTP_FIELD(spares_per_host),
        .help = "Spare processes: the last K processes of every host train nothing and replace a dead rank of that "
                "host (--spare-use); start the job with that many more processes than TP x PP x DP",

@@ -52,6 +52,7 @@ struct Options {
   double failure_timeout = 10;  // a hung rank's heartbeat stops this long (hang_watch.hpp)
   double straggler_threshold = 0;  // compute over its peers' median (e.g. 1.2); 0: no detection (straggler.hpp)
   int straggler_window = 5;          // ... for this many consecutive steps
+  std::string straggler_policy = "tolerate";  // tolerate | evict | rebalance (training_run.cpp)
   // Spare processes (app/spares.hpp): the last K processes of every host, and every process of
   // the last H hosts, hold no training state and replace dead ranks: at their revival (revive) or
   // in the repair of the death itself (takeover).

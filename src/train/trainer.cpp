@@ -14,6 +14,7 @@
 
 #include "comm_staged.hpp"
 #include "ntp_layout.hpp"
+#include "rebalance.hpp"
 
 namespace ntp {
 
@@ -22,9 +23,12 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
-Configuration plan_for(const Options& o, const Topology& topo, const std::vector<char>& alive) {
-  return plan_configuration(parse_policy(o.policy), topo, o.model, replica_batch(o), o.pacing.boost, alive,
-                            o.micro_batches);
+Configuration plan_for(const Options& o, const Topology& topo, const std::vector<char>& alive,
+                       const std::vector<double>& rank_speed) {
+  Configuration c = plan_configuration(parse_policy(o.policy), topo, o.model, replica_batch(o), o.pacing.boost,
+                                       alive, o.micro_batches);
+  rebalance_by_speed(c, o.model, o.seq, o.tp, replica_batch(o), o.micro_batches, rank_speed);
+  return c;
 }
 
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
@@ -61,7 +65,8 @@ Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& 
   // Only the CPU backend joins this way (--kill-mode signal is refused with GPUs).
   backend_ = make_backend(o.backend, 0, parse_precision(o.precision));
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
-  cfg_ = plan_for(o, topo_, join.alive);
+  rank_speed_ = join.rank_speed;
+  cfg_ = plan_for(o, topo_, join.alive, rank_speed_);
   valid_ = join.valid;
   cursor_ = join.cursor, steps_ = join.steps;
   initial_cursor_ = join.initial_cursor, initial_steps_ = join.initial_steps;
@@ -71,7 +76,23 @@ Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& 
 }
 
 JoinState Trainer::join_state(int logical_rank) const {
-  return {logical_rank, cfg_.alive, valid_, cursor_, initial_cursor_, steps_, initial_steps_, restore_path_};
+  return {logical_rank, cfg_.alive, rank_speed_, valid_, cursor_, initial_cursor_, steps_, initial_steps_,
+          restore_path_};
+}
+
+double Trainer::probe_seconds() {
+  constexpr int n = 128;  // a 128^3 product: 4.2 MFLOP, about a millisecond on one CPU core
+  if (probe_.size() == 0) {
+    probe_ = Arena(*backend_, std::size_t(3) * n * n);
+    backend_->zero(probe_.data(), probe_.size());
+  }
+  float* a = probe_.data();
+  const auto t0 = Clock::now();
+  backend_->matmul_forward(a + 2 * n * n, a, a + n * n, nullptr, n, n, n, WeightLayout::OutIn);
+  float done = 0;
+  backend_->to_host(&done, a + 2 * n * n, 1);  // waits for a device's product
+  pacer_.pace_compute(since(t0), 2.0 * n * n * n);
+  return since(t0);
 }
 
 void Trainer::revoke_all() {
@@ -189,6 +210,7 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     pacer_.pace_compute(since(t0), 12.0 * model_->param_count());
     r.overruns = pacer_.take_overruns();
     r.overrun_ratio = pacer_.take_worst_ratio();
+    r.compute_flops = 3 * model_->local_forward_flops(batch[q]) + 12.0 * model_->param_count();
   }
   if (r.samples > 0) {
     cursor_ += r.samples;

@@ -35,6 +35,7 @@ struct StepResult {
   long long samples = 0;     // sequences in the global batch
   int overruns = 0;          // paced compute phases that ran over
   double overrun_ratio = 0;  // paced: the worst real / emulated time of its compute phases
+  double compute_flops = 0;  // this rank's forward, backward and optimizer FLOPs (where trained)
   bool nonfinite = false;    // the loss or gradient norm was not finite: no parameter changed
   // This rank's time per phase since the previous step ended (so a step's recovery and idle
   // waiting before it are included).
@@ -67,14 +68,18 @@ struct CommitRefused : PeerFailure {
 struct JoinState {
   int logical_rank = 0;
   std::vector<char> alive;  // per logical rank, the new process not yet counted
+  std::vector<double> rank_speed;  // per logical rank (--straggler-policy rebalance; empty: all 1)
   std::vector<char> valid;  // per replica
   long long cursor = 0, initial_cursor = 0;
   int steps = 0, initial_steps = 0;
   std::string restore_path;
 };
 
-// The configuration the job's options give for a membership (live flag per logical rank).
-Configuration plan_for(const Options& o, const Topology& topo, const std::vector<char>& alive);
+// The configuration the job's options give for a membership (live flag per logical rank), with
+// the TP shares of replicas holding slow ranks rebalanced by `rank_speed` (rebalance.hpp; per
+// logical rank, empty: every rank at full speed).
+Configuration plan_for(const Options& o, const Topology& topo, const std::vector<char>& alive,
+                       const std::vector<double>& rank_speed = {});
 
 // Ranks are *logical*: numbered as at job start, whatever process holds them now. The group a
 // Trainer talks over holds the live ones (with --kill-mode fence, every one), in logical order.
@@ -89,6 +94,18 @@ class Trainer {
 
   // Collective over the group: applies a new membership (live flag per logical rank).
   Recovery reconfigure(const std::vector<char>& alive);
+  // Each logical rank's compute speed for the layouts of later reconfigurations (rebalance.hpp:
+  // a replica with a rank below 1 shares its units by speed); empty: every rank at 1. Every rank
+  // must set the same.
+  void set_rank_speeds(std::vector<double> speed) { rank_speed_ = std::move(speed); }
+  const std::vector<double>& rank_speeds() const { return rank_speed_; }
+  // Whether a reconfiguration to `alive` would heal every shard from live ranks (no restore from a
+  // checkpoint; see heal()).
+  bool state_survives(const std::vector<char>& alive) const { return current_state_survives(cfg_, valid_, alive); }
+  // Seconds the emulated or real device of this rank takes for a fixed small matrix product, paced
+  // like a compute phase (a straggler's slowdown included): a probe of this rank's speed that needs
+  // no model and no peer (an evicted straggler runs it while the others train).
+  double probe_seconds();
 
   // With real failures (--kill-mode signal): the group is replaced after a shrink or a spawn;
   // `group` must hold exactly the live ranks, in logical order. Then reconfigure().
@@ -175,6 +192,8 @@ class Trainer {
   std::vector<int> tokens_, targets_;
   std::function<void(StepPoint)> hook_;
   bool agree_commit_ = false;
+  std::vector<double> rank_speed_;  // set_rank_speeds
+  Arena probe_;                     // probe_seconds' operands (backend memory)
 };
 
 }  // namespace ntp

@@ -193,7 +193,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   t0 = Clock::now();
   const Configuration old_cfg = cfg_;
   const std::vector<char> old_valid = valid_;
-  cfg_ = plan_for(o_, topo_, alive);
+  cfg_ = plan_for(o_, topo_, alive, rank_speed_);
   rec.before = old_cfg.degrees();
   rec.after = cfg_.degrees();
   rec.changed = true;

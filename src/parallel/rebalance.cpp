@@ -1,0 +1,109 @@
+#include "rebalance.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace ntp {
+
+namespace {
+
+// Units of each sharded dimension, coarsest first (the order units are placed in).
+std::array<int, 3> dimension_units(const ModelConfig& m) { return {m.head_units(), m.mlp(), m.vocab}; }
+
+// Per rank, the forward FLOPs of one sequence under `layout`.
+std::vector<double> rank_loads(const ModelConfig& m, int T, const TpLayout& layout) {
+  const auto cost = unit_forward_flops(m, T);
+  const ShardMap* maps[3] = {&layout.heads, &layout.mlp, &layout.vocab};
+  std::vector<double> load(layout.degree(), 0.0);
+  for (int k = 0; k < 3; ++k)
+    for (int j = 0; j < layout.degree(); ++j) load[j] += maps[k]->count(j) * cost[k];
+  return load;
+}
+
+ShardMap contiguous(const std::vector<int>& counts) {
+  std::vector<int> owner;
+  for (int j = 0; j < static_cast<int>(counts.size()); ++j) owner.insert(owner.end(), counts[j], j);
+  return ShardMap(std::move(owner), static_cast<int>(counts.size()));
+}
+
+}  // namespace
+
+std::array<double, 3> unit_forward_flops(const ModelConfig& m, int T) {
+  const double t = T, d = m.hidden, hs = m.head_size(), L = m.layers;
+  // Per layer: the projections of the unit's columns/rows (2 FLOPs per multiply-add) and, for
+  // attention, its two T x T products per query head.
+  double attention;
+  double mlp;
+  if (m.family == Family::Llama) {
+    const double q = m.q_per_kv();
+    attention = 2 * t * (d * q * hs + 2 * d * hs + q * hs * d) + 4.0 * q * t * t * hs;
+    mlp = 2 * t * 3 * d;  // gate, up and down
+  } else {
+    attention = 2 * t * (d * 3 * hs + hs * d) + 4.0 * t * t * hs;
+    mlp = 2 * t * 2 * d;  // fc and proj
+  }
+  return {L * attention, L * mlp, 2 * t * d};
+}
+
+TpLayout speed_layout(const ModelConfig& m, int T, const std::vector<double>& speed) {
+  const int n = static_cast<int>(speed.size());
+  const auto units = dimension_units(m);
+  const auto cost = unit_forward_flops(m, T);
+  for (double s : speed)
+    if (!(s > 0) || !std::isfinite(s)) throw std::invalid_argument("speed_layout: every speed must be positive");
+  for (int k = 0; k < 3; ++k)
+    if (units[k] < n)
+      throw std::invalid_argument("speed_layout: " + std::to_string(units[k]) + " units cannot cover " +
+                                  std::to_string(n) + " ranks");
+  std::array<std::vector<int>, 3> counts;
+  std::vector<double> load(n, 0.0);
+  for (int k = 0; k < 3; ++k) {
+    counts[k].assign(n, 1);  // every rank keeps a unit of every dimension
+    for (int j = 0; j < n; ++j) load[j] += cost[k];
+  }
+  for (int k = 0; k < 3; ++k)
+    for (int u = n; u < units[k]; ++u) {
+      int best = 0;
+      for (int j = 1; j < n; ++j)
+        if ((load[j] + cost[k]) / speed[j] < (load[best] + cost[k]) / speed[best]) best = j;
+      ++counts[k][best];
+      load[best] += cost[k];
+    }
+  return TpLayout{contiguous(counts[0]), contiguous(counts[1]), contiguous(counts[2])};
+}
+
+double relative_step_time(const ModelConfig& m, int T, const TpLayout& layout, const std::vector<double>& speed,
+                          int tp) {
+  const std::vector<double> load = rank_loads(m, T, layout);
+  double slowest = 0;
+  for (int j = 0; j < layout.degree(); ++j) slowest = std::max(slowest, load[j] / speed.at(j));
+  const std::vector<double> healthy = rank_loads(m, T, TpLayout::even(m, tp));
+  return slowest / *std::max_element(healthy.begin(), healthy.end());
+}
+
+void rebalance_by_speed(Configuration& c, const ModelConfig& m, int T, int tp, int B, int M,
+                        const std::vector<double>& rank_speed) {
+  if (rank_speed.empty()) return;
+  for (auto& rp : c.replicas) {
+    if (!rp.active()) continue;
+    const int n = rp.degree();
+    std::vector<double> speed(n, 1.0);
+    for (int st = 0; st < rp.stages; ++st)
+      for (int j = 0; j < n; ++j) speed[j] = std::min(speed[j], rank_speed.at(rp.ranks[std::size_t(st) * n + j]));
+    if (std::all_of(speed.begin(), speed.end(), [](double s) { return s >= 1; })) continue;
+    rp.layout = speed_layout(m, T, speed);
+    // The batch this replica can take in a healthy replica's step time (with the slack), in whole
+    // micro-batches; never more than the policy gave it.
+    const double room = (1 + kRebalanceSlack) / relative_step_time(m, T, rp.layout, speed, tp);
+    if (M == 1) {
+      rp.batch = std::clamp(static_cast<int>(std::floor(B * room + 1e-9)), 1, rp.batch);
+    } else {
+      rp.micro_batches = std::clamp(static_cast<int>(std::floor(M * room + 1e-9)), 1, rp.micro_batches);
+      rp.batch = B / M * rp.micro_batches;
+    }
+  }
+}
+
+}  // namespace ntp
