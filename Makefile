@@ -72,6 +72,7 @@ help:
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
 	@echo "make readme-demo  rewrite the README's \`make demo\` block from the last demo's results/demo/report.txt and replay.txt"
 	@echo "make soak    $(RANKS) ranks of tiny under random failures (jobs/schedules/soak.yaml), every policy, SOAK_STEPS=$(SOAK_STEPS) steps: finishes, replays, memory and fds flat (under real kills: beyond what Open MPI keeps per replaced process, measured first by bench/ulfm_respawn_cost)"
+	@echo "make stragglers  $(RANKS) ranks of small, one rank at half speed: goodput under each --straggler-policy against its expectation, replays, plot (results/stragglers/)"
 	@echo "make gpu-bundle  build-gpu/ + gpu-bundle/: the GPU check's binaries (CUDA arch 90) and every library they need (jobs/gpu/README.md)"
 
 deps: apt-deps py-deps
@@ -213,6 +214,37 @@ soak: build py-deps
 	done; \
 	$(PY) -m analysis soak $$cost $(DEMO_POLICIES:%=$(SOAK_OUT)/%.h5) || fail=1; \
 	exit $$fail
+
+# Stragglers (README "Stragglers"): 8 ranks of `small` (TP 4 x DP 2, B = 8) under paced timing,
+# healthy, then with rank 3 at half speed for steps 11-30 (jobs/schedules/one-straggler.yaml) under
+# each --straggler-policy (evict under ntp and dp-drop); each run replays (AGREES); then goodput over
+# the episode against the arithmetic expectation (analysis/stragglers.py) and the plot of per-rank
+# compute and compute share. CI runs a shorter variant (.ci/run).
+STRAGGLER_OUT      ?= results/stragglers
+STRAGGLER_STEPS    ?= 40
+STRAGGLER_SCHEDULE ?= jobs/schedules/one-straggler.yaml
+STRAGGLER_WINDOW   ?= 3
+STRAGGLER_CHECK    ?=
+STRAGGLER_FLAGS = --preset small --seq 32 --micro-batch 8 --tp 4 --steps $(STRAGGLER_STEPS) --timing paced \
+  --device-gflops 0.8 --straggler-threshold 1.2 --straggler-window $(STRAGGLER_WINDOW) --quiet --overwrite
+STRAGGLER_RUNS = tolerate:ntp:tolerate evict:ntp:evict-ntp evict:dp-drop:evict-dp-drop rebalance:ntp:rebalance
+
+.PHONY: stragglers
+stragglers: build py-deps
+	@mkdir -p $(STRAGGLER_OUT)/plots; fail=0; \
+	echo "== stragglers: healthy baseline, $(STRAGGLER_STEPS) steps"; \
+	$(MPIRUN) -np $(RANKS) -x OMP_NUM_THREADS=1 $(NTPBENCH) $(STRAGGLER_FLAGS) --out $(STRAGGLER_OUT)/healthy.h5 || exit 1; \
+	for spec in $(STRAGGLER_RUNS); do \
+	  sp=$${spec%%:*}; rest=$${spec#*:}; pol=$${rest%%:*}; name=$${rest#*:}; \
+	  echo "== stragglers: --straggler-policy $$sp --policy $$pol"; \
+	  $(MPIRUN) -np $(RANKS) -x OMP_NUM_THREADS=1 $(NTPBENCH) $(STRAGGLER_FLAGS) --schedule $(STRAGGLER_SCHEDULE) \
+	    --straggler-policy $$sp --policy $$pol --out $(STRAGGLER_OUT)/$$name.h5 || { fail=1; continue; }; \
+	  $(NTPBENCH) --replay $(STRAGGLER_OUT)/$$name.h5 --quiet > $(STRAGGLER_OUT)/$$name.replay.txt || fail=1; \
+	  tail -n 1 $(STRAGGLER_OUT)/$$name.replay.txt; \
+	done; \
+	$(PY) -m analysis stragglers $(STRAGGLER_OUT)/healthy.h5 $(foreach s,$(STRAGGLER_RUNS),$(STRAGGLER_OUT)/$(lastword $(subst :, ,$(s))).h5) \
+	  --plot $(STRAGGLER_OUT)/plots/stragglers.png $(STRAGGLER_CHECK) > $(STRAGGLER_OUT)/table.txt; rc=$$?; \
+	cat $(STRAGGLER_OUT)/table.txt; [ $$rc -eq 0 ] || fail=1; exit $$fail
 
 # Microbenchmarks (bench/README.md): Google Benchmark JSON in results/bench/, tables printed by
 # bench/report.py. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are left as the environment has them and

@@ -71,6 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
                                     "same run; medians per kind. The rule is in analysis/revivals.py.")
     rv.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
 
+    sg = sub.add_parser("stragglers", help="goodput under each --straggler-policy against its expectation",
+                        description="One straggler's cost under each --straggler-policy: goodput over the steps "
+                                    "the policy is in force (and over the whole episode) relative to a healthy run "
+                                    "of the same job, beside the arithmetic expectation. The rule and the "
+                                    "expectations are in analysis/stragglers.py.")
+    sg.add_argument("healthy", metavar="HEALTHY.h5", help="the same job without the slowdown (the baseline)")
+    sg.add_argument("runs", nargs="+", metavar="RUN.h5", help="runs with one slowed rank (a schedule's slow events)")
+    sg.add_argument("--plot", metavar="PNG", help="write per-rank compute time and compute share over the steps here")
+    sg.add_argument("--tolerance", type=float, metavar="FRACTION",
+                    help="exit 1 when a run's measured goodput is further than this from its expectation "
+                         "(e.g. 0.1; default: only print)")
+
     s = sub.add_parser("simulate", help="cluster-scale goodput simulator (the NTP paper's Fig. 6/7)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Monte Carlo over failure placements and time for dp-drop, ntp and ntp-pw "
@@ -159,6 +171,9 @@ def main(argv=None) -> int:
     if args.command == "soak":
         from . import soak
         return soak.main(args)
+    if args.command == "stragglers":
+        from . import stragglers
+        return stragglers.main(args)
     if args.command == "plot":
         from . import plots
         return plots.main(args)

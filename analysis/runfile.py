@@ -5,6 +5,7 @@
     run.steps            # DataFrame, one row per executed step (all /steps fields)
     run.replicas         # dict name -> ndarray [steps, replicas] (tp_degree, batch, state)
     run.phase_times      # ndarray [steps, ranks, phases] seconds, names in run.phases
+    run.compute_share    # ndarray [steps, ranks]: each rank's share of its replica's compute (or None)
     run.events           # DataFrame (empty, with the documented columns, when /events is absent)
     run.summary          # dict of /summary attributes, or None when the run was cut short
 
@@ -88,6 +89,9 @@ class Run:
     events: pd.DataFrame
     summary: dict | None
     notes: list = field(default_factory=list)
+    # [steps, ranks]: each rank's share of its replica's compute (/ranks/compute_share; None in
+    # files written before it).
+    compute_share: np.ndarray | None = None
 
     @property
     def name(self) -> str:
@@ -219,6 +223,9 @@ def _load_once(path: str) -> Run:
             raise SchemaError(f"{path}: /ranks/phase_times shape {phase_times.shape} does not match "
                               f"{len(phases)} phase names")
 
+        compute_share = (np.asarray(f["ranks/compute_share"][()], dtype=float)
+                         if "ranks/compute_share" in f else None)
+
         if "events" in f:
             events = _read_table(f, path, "events", EVENT_FIELDS)
             if len(events) == 0:
@@ -239,5 +246,7 @@ def _load_once(path: str) -> Run:
         steps = steps.iloc[:n].reset_index(drop=True)
     replicas = {k: v[:n] for k, v in replicas.items()}
     phase_times = phase_times[:n]
+    if compute_share is not None:
+        compute_share = compute_share[:n]
     return Run(path=path, attrs=attrs, steps=steps, replicas=replicas, phase_times=phase_times,
-               phases=phases, events=events, summary=summary, notes=notes)
+               phases=phases, events=events, summary=summary, notes=notes, compute_share=compute_share)

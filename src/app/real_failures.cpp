@@ -78,6 +78,8 @@ void TrainingRun::adopt(std::unique_ptr<Comm> group) {
   members_ = group_->allgather(me_);
   std::fill(alive_.begin(), alive_.end(), 0);
   for (int r : members_) alive_[r] = 1;
+  for (int r = 0; r < int(alive_.size()); ++r)
+    if (!alive_[r]) forget_straggler(r);
 }
 
 // What the processes taking over `ranks` at step s are told of the run.

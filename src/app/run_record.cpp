@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "interrupt.hpp"
+#include "rebalance.hpp"
 #include "machine.hpp"
 
 namespace ntp {
@@ -136,7 +137,14 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
     rec_->event(make_event(a.t_end, s, "nonfinite", -1, -1, 0, 0,
                            fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
                                        o_.on_nonfinite == "skip" ? "skipped" : "the run stops")));
-  rec_->append(row, rr, phase_rows_, usage_rows_);
+  std::vector<float> shares(usage_rows_.size(), 0.0f);
+  for (int q = 0; q < static_cast<int>(cfg.replicas.size()); ++q) {
+    const ReplicaPlan& rp = cfg.replicas[q];
+    if (!rp.active()) continue;
+    const std::vector<double> of = compute_shares(o_.model, o_.seq, rp.layout);
+    for (std::size_t k = 0; k < rp.ranks.size(); ++k) shares[rp.ranks[k]] = float(of[k % rp.degree()]);
+  }
+  rec_->append(row, rr, phase_rows_, usage_rows_, shares);
   note_progress(s, static_cast<int>(rec_->rows().size()));
   recorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
   if (r.samples > 0) {
@@ -227,13 +235,13 @@ void RunRecord::record_slowdown(int s, const Slowdown& d, double t) {
 void RunRecord::record_straggler(int s, const StragglerVerdict& v, double t) {
   const int replica = trainer_.topology().replica_of_rank(v.rank);
   rec_->event(make_event(t, s, v.starts ? "straggler" : "straggler_end", v.rank, replica, 0, 0,
-                         fmt::format("compute {:.2f}x its peers' median over {} steps (threshold {:g})", v.ratio,
+                         fmt::format("compute per FLOP {:.2f}x its peers' median over {} steps (threshold {:g})", v.ratio,
                                      o_.straggler_window, o_.straggler_threshold)));
   const std::string then = o_.straggler_policy == "evict"       ? "it leaves the training groups next step"
                            : o_.straggler_policy == "rebalance" ? "its replica shares by speed from the next step"
                                                                 : "the job runs at its pace";
   if (v.starts)
-    fmt::print("step {:5d}: rank {} is a straggler: its compute took {:.2f}x its peers' (median of {} steps, "
+    fmt::print("step {:5d}: rank {} is a straggler: its compute per FLOP took {:.2f}x its peers' (median of {} steps, "
                "--straggler-threshold {:g}); {}\n",
                s, v.rank, v.ratio, o_.straggler_window, o_.straggler_threshold, then);
   else

@@ -181,7 +181,15 @@ void TrainingRun::apply_slowdowns(int s, const StepEvents& ev) {
 double TrainingRun::apply_events(int s) {
   const StepEvents& ev = schedule_.at(s);
   apply_slowdowns(s, ev);
-  const double stragglers = act_on_stragglers(s);
+  double stragglers = 0;
+  try {
+    stragglers = act_on_stragglers(s);
+  } catch (const PeerFailure& e) {
+    // A rank died during the straggler's reconfiguration: repaired as in a step (the membership
+    // already holds the eviction or the speeds).
+    if (!signal()) throw;
+    stragglers = recover(s, e, now());
+  }
   if (ev.kill.empty() && ev.revive.empty()) return stragglers;
   if (!signal()) return stragglers + reconfigure(s, ev);
   // Signal mode: a victim dies at its phase of this step and the others find out from MPI; ranks
@@ -193,6 +201,16 @@ double TrainingRun::apply_events(int s) {
   for (int r : ev.revive)
     if (!alive_[r]) back.push_back(r);
   return stragglers + (back.empty() ? 0 : revive(s, back));
+}
+
+void TrainingRun::forget_straggler(int r) {
+  evicted_[r] = 0;
+  std::vector<double> speed = trainer_->rank_speeds();
+  if (r < int(speed.size()) && speed[r] != 1.0) {
+    speed[r] = 1.0;
+    const bool all_full = std::all_of(speed.begin(), speed.end(), [](double x) { return x == 1.0; });
+    trainer_->set_rank_speeds(all_full ? std::vector<double>{} : speed);
+  }
 }
 
 std::vector<char> TrainingRun::training_members() const {
@@ -276,7 +294,7 @@ double TrainingRun::act_on_stragglers(int s) {
 double TrainingRun::reconfigure(int s, const StepEvents& ev) {
   progress(s, "a reconfiguration");
   const double t_event = now();
-  for (int r : ev.kill) alive_[r] = 0;
+  for (int r : ev.kill) alive_[r] = 0, forget_straggler(r);
   for (int r : ev.revive) alive_[r] = 1;
   const int before = trainer_->steps_taken();
   const Recovery rc = trainer_->reconfigure(training_members());

@@ -132,6 +132,9 @@ class TrainingRun {
   void measure_probe_base();
   // The ranks that train: alive and not evicted.
   std::vector<char> training_members() const;
+  // Rank r died: it is no longer evicted, and whoever holds it next starts at full speed (a
+  // rebalance by its speed ends with it).
+  void forget_straggler(int r);
   // A schedule's `slow` events of step s: this rank's pacer, and the record.
   void apply_slowdowns(int s, const StepEvents& ev);
   double recover(int s, const PeerFailure& e, double t_attempt);

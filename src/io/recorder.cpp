@@ -139,6 +139,9 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int repli
   h5::set_attr(f, "ranks/rss_bytes", "units", std::string("bytes (VmRSS after the step; -1: no process)"));
   fds_ = make_extendible(f, "ranks/open_fds", H5T_STD_I32LE, {hsize_t(ranks)});
   h5::set_attr(f, "ranks/open_fds", "units", std::string("descriptors (after the step; -1: no process)"));
+  shares_ = make_extendible(f, "ranks/compute_share", H5T_IEEE_F32LE, {hsize_t(ranks)});
+  h5::set_attr(f, "ranks/compute_share", "units",
+               std::string("fraction of its replica's forward FLOPs per sequence (its TP share; 0: not training)"));
   h5::set_attr(f, "/", "schema_version", std::string(kSchemaVersion));
   flush();
 }
@@ -186,6 +189,7 @@ std::unique_ptr<Recorder> Recorder::reopen(const std::string& path, int ranks, i
   r->incarnations_ = open_dataset(f, "ranks/incarnations");
   r->rss_ = open_dataset(f, "ranks/rss_bytes");
   r->fds_ = open_dataset(f, "ranks/open_fds");
+  r->shares_ = open_dataset(f, "ranks/compute_share");
   r->rows_ = read_rows<StepRow>(r->steps_, r->row_type_, 1);
   r->event_rows_ = read_rows<EventRow>(r->events_, r->event_type_, 1);
   r->incarnation_rows_ = read_rows<IncarnationRow>(r->incarnations_, r->incarnation_type_, 1);
@@ -222,9 +226,9 @@ void Recorder::set_attr(const std::string& name, double value) { h5::set_attr(fi
 
 void Recorder::append(const StepRow& row, const ReplicaRow& rep,
                       const std::vector<std::array<double, kPhaseCount>>& phase_seconds,
-                      const std::vector<RankUsage>& usage) {
+                      const std::vector<RankUsage>& usage, const std::vector<float>& compute_share) {
   if (static_cast<int>(phase_seconds.size()) != ranks_ || static_cast<int>(rep.tp_degree.size()) != replicas_ ||
-      static_cast<int>(usage.size()) != ranks_)
+      static_cast<int>(usage.size()) != ranks_ || static_cast<int>(compute_share.size()) != ranks_)
     throw std::logic_error("recorder: row shape changed");
   const auto n = static_cast<std::int64_t>(rows_.size());
   append_row(steps_, row_type_, n, {}, &row);
@@ -237,6 +241,7 @@ void Recorder::append(const StepRow& row, const ReplicaRow& rep,
   for (std::size_t k = 0; k < usage.size(); ++k) rss[k] = usage[k].rss_bytes, fds[k] = usage[k].open_fds;
   append_row(rss_, H5T_NATIVE_INT64, n, {hsize_t(ranks_)}, rss.data());
   append_row(fds_, H5T_NATIVE_INT32, n, {hsize_t(ranks_)}, fds.data());
+  append_row(shares_, H5T_NATIVE_FLOAT, n, {hsize_t(ranks_)}, compute_share.data());
   rows_.push_back(row);
   replica_rows_.push_back(rep);
   flush();

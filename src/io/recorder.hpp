@@ -107,10 +107,11 @@ class Recorder {
   void set_attr(const std::string& name, double value);
   // /ranks/stage: the pipeline stage of each logical rank (fixed for the run).
   void set_rank_stages(const std::vector<int>& stage);
-  // Appends a step: its row, each replica's degree/batch/state, every rank's phase times and
-  // process usage; flushes.
+  // Appends a step: its row, each replica's degree/batch/state, every rank's phase times, process
+  // usage and share of its replica's compute (/ranks/compute_share); flushes.
   void append(const StepRow& row, const ReplicaRow& replicas,
-              const std::vector<std::array<double, kPhaseCount>>& phase_seconds, const std::vector<RankUsage>& usage);
+              const std::vector<std::array<double, kPhaseCount>>& phase_seconds, const std::vector<RankUsage>& usage,
+              const std::vector<float>& compute_share);
   void event(const EventRow& e);
   // A process takes logical rank `rank` at time t; the rank's current process ends at time t.
   void incarnation_start(int rank, long long pid, const std::string& host, double t);
@@ -130,7 +131,7 @@ class Recorder {
   std::string path_;
   std::unique_ptr<h5::File> file_;
   h5::Handle steps_, tp_degrees_, batches_, states_, phases_, events_, row_type_, event_type_, incarnations_,
-      incarnation_type_, rss_, fds_;
+      incarnation_type_, rss_, fds_, shares_;
   int ranks_ = 0, replicas_ = 0;
   std::vector<StepRow> rows_;
   std::vector<ReplicaRow> replica_rows_;

@@ -47,6 +47,14 @@ std::array<double, 3> unit_forward_flops(const ModelConfig& m, int T) {
   return {L * attention, L * mlp, 2 * t * d};
 }
 
+std::vector<double> compute_shares(const ModelConfig& m, int T, const TpLayout& layout) {
+  std::vector<double> load = rank_loads(m, T, layout);
+  double total = 0;
+  for (double x : load) total += x;
+  for (double& x : load) x /= total;
+  return load;
+}
+
 TpLayout speed_layout(const ModelConfig& m, int T, const std::vector<double>& speed) {
   const int n = static_cast<int>(speed.size());
   const auto units = dimension_units(m);

@@ -23,6 +23,10 @@ namespace ntp {
 // vocabulary row}, counted as the models count their own (local_forward_flops).
 std::array<double, 3> unit_forward_flops(const ModelConfig& m, int T);
 
+// Each TP index's fraction of the replica's forward FLOPs per sequence under `layout` (0.25 each
+// at the even split over 4; /ranks/compute_share).
+std::vector<double> compute_shares(const ModelConfig& m, int T, const TpLayout& layout);
+
 // The layout of a replica whose TP ranks run at `speed` (one per TP index, > 0).
 TpLayout speed_layout(const ModelConfig& m, int T, const std::vector<double>& speed);
 

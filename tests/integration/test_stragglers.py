@@ -1,14 +1,18 @@
 """Stragglers: a schedule's `slow` event makes a rank's emulated device slower; with
 --straggler-threshold every rank names it a straggler within --straggler-window steps, from the
-same numbers, and names the end of its episode; the job runs at its pace (tolerated) and computes
-what one rank computes (--replay AGREES). A healthy paced run names nobody.
+same numbers, and names the end of its episode. Under --straggler-policy tolerate the job runs at
+its pace; evict takes it out of the training groups (its process alive, under both kill modes)
+until its probe names the end, then it rejoins; rebalance gives its replica shares by speed. Every
+run computes what one rank computes (--replay AGREES). A healthy paced run names nobody.
 
 8 ranks of `tiny` (TP 4 x DP 2), paced at 0.2 GFLOP/s, where the emulated device's time is well
 above the real compute of 8 ranks sharing 2 cores (an honest emulation: no overruns to blur it)."""
 import h5py
 import numpy as np
 
-from conftest import ntpbench, replay, schedule, steps
+import pytest
+
+from conftest import ntpbench, replay, replicas, schedule, steps
 
 PACED = ["--preset", "tiny", "--tp", 4, "--micro-batch", 4, "--quiet", "--timing", "paced", "--device-gflops", 0.2,
          "--straggler-threshold", 1.2, "--straggler-window", 3]
@@ -43,3 +47,64 @@ def test_a_healthy_paced_run_names_nobody(tmp_path):
     out = tmp_path / "healthy.h5"
     ntpbench(8, *PACED, "--steps", 20, "--out", out)
     assert event_rows(out, ("straggler", "straggler_end")) == []
+
+
+SLOW_2 = "events:\n  - {step: 5, slow: [2], factor: 2.0}\n  - {step: 15, slow: [2], factor: 1}\n"
+
+
+def compute_share(path):
+    with h5py.File(path, "r") as f:
+        return f["ranks/compute_share"][()]
+
+
+@pytest.mark.parametrize("kill_mode", ["fence", "signal"])
+def test_evict_takes_the_straggler_out_until_its_probe_says_it_is_well(tmp_path, request, kill_mode):
+    if kill_mode == "signal":
+        request.getfixturevalue("ulfm")  # real kills' repair path: needs ULFM
+    out = tmp_path / "evict.h5"
+    p = ntpbench(8, *PACED, "--steps", 22, "--schedule", schedule(tmp_path, SLOW_2), "--straggler-policy", "evict",
+                 "--policy", "ntp", "--kill-mode", kill_mode, "--out", out)
+    ev = [(s, k, r) for s, k, r, _ in event_rows(out, ("straggler", "straggler_end", "evict", "rejoin"))]
+    # Named after 3 slow steps (5-7), out from step 8; the probe reads 1x from step 15, so the end
+    # is named at 17 and it rejoins at 18.
+    assert ev == [(7, "straggler", 2), (8, "evict", 2), (17, "straggler_end", 2), (18, "rejoin", 2)], ev
+    tp, batch, share = replicas(out), replicas(out, "batch"), compute_share(out)
+    assert (tp[7:17] == [3, 4]).all() and (batch[7:17] == [3, 4]).all(), (tp, batch)  # steps 8-17
+    assert (tp[:7] == [4, 4]).all() and (tp[17:] == [4, 4]).all(), tp
+    assert (share[7:17, 2] == 0).all() and np.allclose(share[7:17, [0, 1, 3]].sum(axis=1), 1, atol=1e-5), share
+    assert "rank 2: evict" in p.stdout, p.stdout[-2000:]
+    replay(out)
+
+
+def test_rebalance_shares_the_replica_by_speed(tmp_path):
+    out = tmp_path / "rebalance.h5"
+    ntpbench(8, *PACED, "--steps", 22, "--schedule", schedule(tmp_path, SLOW_2), "--straggler-policy", "rebalance",
+             "--out", out)
+    ev = [(s, k, r) for s, k, r, _ in event_rows(out, ("straggler", "straggler_end", "rebalance", "rebalance_end"))]
+    # Per FLOP the rank stays 2x slower with its smaller share: no false end while it is slow.
+    assert ev == [(7, "straggler", 2), (8, "rebalance", 2), (17, "straggler_end", 2), (18, "rebalance_end", 2)], ev
+    tp, batch, share = replicas(out), replicas(out, "batch"), compute_share(out)
+    assert (tp == [4, 4]).all(), tp
+    assert (batch[7:17] == [3, 4]).all() and (batch[17:] == [4, 4]).all(), batch  # floor(4 x 1.02 x 7/8)
+    slow, fast = share[7:17, 2], share[7:17, [0, 1, 3]]
+    assert (slow < 0.2).all() and (fast > 0.25).all(), share[7:17]
+    assert np.allclose(share[:7, :4], 0.25, atol=1e-3) and np.allclose(share[17:, :4], 0.25, atol=1e-3), share
+    replay(out)
+
+
+def test_an_eviction_that_would_lose_shards_is_refused(tmp_path):
+    # One replica: no other rank holds the straggler's shards, so it stays (tolerated) and says why.
+    out = tmp_path / "alone.h5"
+    ntpbench(4, *PACED, "--steps", 12, "--schedule", schedule(tmp_path, SLOW_2.split("  - {step: 15")[0]),
+             "--straggler-policy", "evict", "--out", out)
+    ev = event_rows(out, ("evict", "evict_refused"))
+    assert [(s, k, r) for s, k, r, _ in ev] == [(8, "evict_refused", 2)], ev
+    assert "no live rank holds its shards" in ev[0][3], ev
+    assert (replicas(out) == 4).all()
+
+
+def test_a_policy_without_detection_is_refused(tmp_path):
+    p = ntpbench(8, "--preset", "tiny", "--tp", 4, "--steps", 2, "--straggler-policy", "evict", "--out",
+                 tmp_path / "x.h5", check=False)
+    assert p.returncode != 0 and "--straggler-threshold" in p.stderr + p.stdout, p.stdout + p.stderr
+    assert not (tmp_path / "x.h5").exists()
