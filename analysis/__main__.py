@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sw-repair-hours", type=float, default=3.0, help="software repair time (hours)")
     g.add_argument("--repair-dist", choices=("fixed", "exp"), default="fixed",
                    help="repair times fixed at their value, or exponential with that mean")
+    g = s.add_argument_group("stragglers (--what stragglers; an assumed rate: the paper gives none)")
+    g.add_argument("--slow-per-gpu-day", type=float, nargs="+", default=[0.01, 0.03, 0.1],
+                   help="slow episodes each GPU starts per day (Poisson)")
+    g.add_argument("--slow-hours", type=float, default=2.0, help="length of a slow episode (hours)")
+    g.add_argument("--slow-factor", type=float, default=2.0, help="a slow GPU computes this many times slower")
     g = s.add_argument_group("costs")
     g.add_argument("--recovery-seconds", type=float, default=60.0,
                    help="whole-job stall per failure (detect + reconfigure), trace goodput")
@@ -135,8 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--calibrate", nargs="+", metavar="RUN.h5",
                    help="derive healthy step time, tokens/s per rank and recovery/heal costs from runs")
     g = s.add_argument_group("experiments")
-    g.add_argument("--what", nargs="+", choices=("fig6", "fig7", "trace", "pipelines"), default=["fig6", "fig7", "trace"],
-                   help="which outputs to produce (pipelines: ntp and ntp-pw by --pp-micro-batches and cut)")
+    g.add_argument("--what", nargs="+", choices=("fig6", "fig7", "trace", "pipelines", "stragglers"),
+                   default=["fig6", "fig7", "trace"],
+                   help="which outputs to produce (pipelines: ntp and ntp-pw by --pp-micro-batches and cut; "
+                        "stragglers: slow episodes under each --straggler-policy)")
     g.add_argument("--pp-micro-batches", type=int, nargs="+", default=[8, 16, 32, 64, 128, 0], metavar="M",
                    help="pipelines: micro-batch counts to compare (0: the additive limit)")
     g.add_argument("--max-failed-fraction", type=float, default=4e-3, help="Fig. 6: top of the failed-fraction sweep")

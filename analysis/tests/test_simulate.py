@@ -325,3 +325,26 @@ def test_fig6_surprise_explains_ntp_losing_to_dp_drop(capsys):
                 "--trials", "5", "--points", "2"]) == 0
     out = capsys.readouterr().out
     assert "note: ntp loses more than dp-drop" in out and "--mb-cut keep-pace" in out
+
+
+def test_stragglers_at_eight_gpus_match_the_paced_comparison():
+    """--what stragglers at the size of `make stragglers` (8 GPUs, TP 4 x DP 2, 8 sequences per
+    replica as 8 micro-batches, one GPU at half speed) gives the expectations analysis/stragglers.py
+    holds the measured runs to (without rebalance's 2% slack, which does not change floor(7))."""
+    cl = sim.Cluster(gpus=8, domain_size=4, gpus_per_replica=4)
+    p = sim.Params(micro_batches=8)
+    one_slow = np.array([[0, 1]])  # slow GPUs per domain
+    got = {pol: float(sim.straggler_throughput(one_slow, cl, pol, 2.0, p)[0]) for pol in sim.STRAGGLER_POLICIES}
+    assert got == pytest.approx({"tolerate": 0.5, "evict-ntp": 0.875, "evict-dp-drop": 0.5, "rebalance": 0.9375})
+    # Nobody slow: every policy at full speed.
+    for pol in sim.STRAGGLER_POLICIES:
+        assert float(sim.straggler_throughput(np.array([[0, 0]]), cl, pol, 2.0, p)[0]) == pytest.approx(1.0)
+
+
+def test_slow_trace_mean_matches_the_rate():
+    """Slow GPUs at a sample time: Poisson with mean rate x hours / 24 x GPUs (within 5 s.e.)."""
+    rng = np.random.default_rng(11)
+    counts = sim.slow_trace(32000, 32, 0.03, 2.0, 20, 1.0, rng)
+    per_sample = counts.sum(axis=-1)
+    mean = 0.03 * 2 / 24 * 32000
+    assert abs(per_sample.mean() - mean) < 5 * math.sqrt(mean / len(per_sample)) + 0.5, (per_sample.mean(), mean)
