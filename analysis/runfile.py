@@ -241,7 +241,8 @@ def _load_once(path: str) -> Run:
             notes.append("no /summary: the run was cut short; figures are recomputed from the rows")
 
     # Keep the rows every per-step dataset holds (a crash can leave them a row apart).
-    n = min([len(steps), phase_times.shape[0]] + [a.shape[0] for a in replicas.values()])
+    n = min([len(steps), phase_times.shape[0]] + [a.shape[0] for a in replicas.values()]
+            + ([compute_share.shape[0]] if compute_share is not None else []))
     if n < len(steps):
         steps = steps.iloc[:n].reset_index(drop=True)
     replicas = {k: v[:n] for k, v in replicas.items()}

@@ -15,6 +15,14 @@
 
 namespace ntp {
 
+namespace {
+nlohmann::json stragglers_to_json(const std::vector<StragglerDetector::RankState>& state) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& r : state) j.push_back({{"straggler", r.straggler}, {"streak", r.streak}});
+  return j;
+}
+}  // namespace
+
 nlohmann::json to_json(const JoinMessage& m) {
   const JoinState& s = m.state;
   return {{"options", to_json(m.options)}, {"step", m.step}, {"elapsed", m.elapsed}, {"ranks", m.ranks},
@@ -24,7 +32,8 @@ nlohmann::json to_json(const JoinMessage& m) {
           {"restore_path", s.restore_path}, {"last_checkpoint", m.last_checkpoint},
           {"threads", m.options.threads}, {"recorder", m.recorder}, {"hosts", m.hosts},
           {"peak_gflops", m.peak.gflops}, {"peak_source", m.peak.source}, {"added_revivals", m.added_revivals},
-          {"rank_speed", s.rank_speed}, {"evicted", m.evicted}, {"probe_base", m.probe_base}};
+          {"rank_speed", s.rank_speed}, {"evicted", m.evicted}, {"probe_base", m.probe_base},
+          {"stragglers", stragglers_to_json(m.stragglers)}};
 }
 
 JoinMessage join_message_from_json(const nlohmann::json& j) {
@@ -49,6 +58,8 @@ JoinMessage join_message_from_json(const nlohmann::json& j) {
   m.state.rank_speed = j.at("rank_speed").get<std::vector<double>>();
   m.evicted = j.at("evicted").get<std::vector<int>>();
   m.probe_base = j.at("probe_base");
+  for (const auto& r : j.at("stragglers"))
+    m.stragglers.push_back({r.at("straggler").get<bool>(), r.at("streak").get<std::vector<double>>()});
   return m;
 }
 
@@ -99,6 +110,7 @@ JoinMessage TrainingRun::join_message(int s, const std::vector<int>& ranks) cons
   for (int r = 0; r < int(evicted_.size()); ++r)
     if (evicted_[r]) m.evicted.push_back(r);
   m.probe_base = probe_base_;
+  m.stragglers = stragglers_.state();
   return m;
 }
 
@@ -260,6 +272,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
         record_->write_missing_row(finished_, group_->size());  // the previous step's, if a failure kept it out
       }
       const int steps_before = trainer_->steps_taken();
+      resync_stragglers();
       const Recovery rc = trainer_->reconfigure(training_members());
       release_free_memory();
       restored_ = restored_ || rc.restored;

@@ -205,12 +205,23 @@ double TrainingRun::apply_events(int s) {
 
 void TrainingRun::forget_straggler(int r) {
   evicted_[r] = 0;
+  stragglers_.forget(r);
   std::vector<double> speed = trainer_->rank_speeds();
   if (r < int(speed.size()) && speed[r] != 1.0) {
     speed[r] = 1.0;
     const bool all_full = std::all_of(speed.begin(), speed.end(), [](double x) { return x == 1.0; });
     trainer_->set_rank_speeds(all_full ? std::vector<double>{} : speed);
   }
+}
+
+void TrainingRun::resync_stragglers() {
+  straggler_verdicts_.clear();
+  if (!stragglers_.enabled()) return;
+  const std::vector<double>& speed = trainer_->rank_speeds();
+  std::vector<StragglerDetector::RankState> state(alive_.size());
+  for (std::size_t r = 0; r < state.size(); ++r)
+    state[r].straggler = evicted_[r] || (r < speed.size() && speed[r] < 1.0);
+  stragglers_.restore(std::move(state));
 }
 
 std::vector<char> TrainingRun::training_members() const {
@@ -243,11 +254,13 @@ double TrainingRun::act_on_stragglers(int s) {
   for (const StragglerVerdict& v : verdicts) {
     if (!alive_[v.rank]) continue;  // it died since
     if (!evict) {
-      speed[v.rank] = v.starts ? 1.0 / v.ratio : 1.0;
+      if (!v.starts && speed[v.rank] == 1.0) continue;  // nothing to undo
+      speed[v.rank] = v.starts ? std::min(1.0, 1.0 / v.ratio) : 1.0;
       actions.push_back({v.rank, v.starts ? "rebalance" : "rebalance_end", ""});
       continue;
     }
     if (!v.starts) {
+      if (!evicted[v.rank]) continue;  // never evicted (refused): nothing to undo
       evicted[v.rank] = 0;
       actions.push_back({v.rank, "rejoin", ""});
       continue;
@@ -268,6 +281,8 @@ double TrainingRun::act_on_stragglers(int s) {
     evicted = trial;
     actions.push_back({v.rank, "evict", ""});
   }
+  // Speeds all at 1 are no speeds (the even split).
+  if (std::all_of(speed.begin(), speed.end(), [](double x) { return x == 1.0; })) speed.clear();
   const bool changed = evicted != evicted_ || (!evict && speed != trainer_->rank_speeds());
   if (!changed) {
     if (root())
@@ -276,17 +291,33 @@ double TrainingRun::act_on_stragglers(int s) {
   }
   progress(s, "a reconfiguration for a straggler");
   const double t_event = now();
+  const std::vector<char> old_evicted = evicted_;
+  const std::vector<double> old_speed = trainer_->rank_speeds();
   evicted_ = evicted;
-  if (!evict) trainer_->set_rank_speeds(std::all_of(speed.begin(), speed.end(), [](double x) { return x == 1.0; })
-                                            ? std::vector<double>{}
-                                            : speed);
+  if (!evict) trainer_->set_rank_speeds(speed);
   const int before = trainer_->steps_taken();
-  const Recovery rc = trainer_->reconfigure(training_members());
+  Recovery rc;
+  try {
+    rc = trainer_->reconfigure(training_members());
+  } catch (const PeerFailure&) {
+    // A rank died in it: the action is undone everywhere (some ranks may not have begun it) and
+    // the repair that follows reconfigures for the old membership; the detector names the
+    // straggler again after a window (resync_stragglers).
+    evicted_ = old_evicted;
+    trainer_->set_rank_speeds(old_speed);
+    throw;
+  }
   release_free_memory();
   const RecoveryFigures f = figures(rc, before);
-  if (root())
-    for (std::size_t i = 0; i < actions.size(); ++i)
-      record_->record_straggler_action(s, actions[i], i == 0 ? &f : nullptr, t_event);
+  if (root()) {
+    // The reconfiguration's figures go with the first action that changed something.
+    bool attached = false;
+    for (const StragglerAction& a : actions) {
+      const bool here = !attached && a.kind != "evict_refused";
+      record_->record_straggler_action(s, a, here ? &f : nullptr, t_event);
+      attached = attached || here;
+    }
+  }
   return f.worst[0] + f.worst[1] + f.worst[2];
 }
 
@@ -364,12 +395,13 @@ StepResult TrainingRun::attempt(int s, double t_start, double recovery_seconds, 
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
     idle_seconds = wait;
   }
-  const StepResult r = trainer_->step();  // with no active replica: advances nothing
-  if (evicted_[me_]) {
-    // An evicted straggler measures itself while the others train (it would wait for them anyway).
+  if (evicted_[me_] && alive_[me_]) {
+    // An evicted straggler measures itself while the others compute their forward and backward
+    // (it would wait for them in the step's first collective anyway).
     PhaseScope idle(trainer_->clock(), Phase::Idle);
     probe_ratio_ = trainer_->probe_seconds() / probe_base_;
   }
+  const StepResult r = trainer_->step();  // with no active replica: advances nothing
   progress(s, "the barrier and the report after the update");
   // The step has committed (or the idle slot passed): a failure from here on does not undo it.
   last_ = r;

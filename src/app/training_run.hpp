@@ -41,6 +41,7 @@ struct JoinMessage {
   std::vector<std::string> hosts;  // each logical rank's host at job start
   Peak peak;                       // the run's MFU denominator, fixed at its start
   std::vector<std::pair<int, int>> added_revivals;  // Schedule::added(): (step, rank)
+  std::vector<StragglerDetector::RankState> stragglers;  // the survivors' detector (same on every rank)
   std::vector<int> evicted;        // logical ranks evicted as stragglers (--straggler-policy evict)
   double probe_base = 0;           // ... and the job's healthy probe time (TrainingRun::measure_probe_base)
 };
@@ -73,8 +74,10 @@ class TrainingRun {
         schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads, *group_)), peak_(m.peak),
         alive_(m.state.alive), evicted_(m.state.alive.size(), 0), recorder_(m.recorder),
         last_ckpt_(m.last_checkpoint) {
-    for (int r : m.evicted) evicted_[r] = 1;
+    // The join state's membership is the trainers' (evicted ranks out); an evicted rank is alive.
+    for (int r : m.evicted) evicted_[r] = 1, alive_[r] = 1;
     probe_base_ = m.probe_base;
+    stragglers_.restore(m.stragglers);
     JoinState js = m.state;
     js.logical_rank = me_;
     trainer_ = std::make_unique<Trainer>(o_, *group_, o_.micro_batch, js);
@@ -132,9 +135,13 @@ class TrainingRun {
   void measure_probe_base();
   // The ranks that train: alive and not evicted.
   std::vector<char> training_members() const;
-  // Rank r died: it is no longer evicted, and whoever holds it next starts at full speed (a
-  // rebalance by its speed ends with it).
+  // Rank r died: it is no longer evicted nor a straggler, and whoever holds it next starts at full
+  // speed (a rebalance by its speed ends with it).
   void forget_straggler(int r);
+  // After a repair (signal mode): every survivor's detector starts again from the same state (a
+  // failure inside the step's exchange of compute times can leave some ranks a step ahead): ranks
+  // evicted or slowed by a rebalance are stragglers, with no streak; no verdict is pending.
+  void resync_stragglers();
   // A schedule's `slow` events of step s: this rank's pacer, and the record.
   void apply_slowdowns(int s, const StepEvents& ev);
   double recover(int s, const PeerFailure& e, double t_attempt);

@@ -33,11 +33,20 @@ class StragglerDetector {
                                         const std::vector<double>& probe = {});
   bool straggler(int rank) const { return rank < int(state_.size()) && state_[rank].straggler; }
 
- private:
   struct RankState {
     bool straggler = false;
     std::vector<double> streak;  // the ratios of the current run of steps on one side of the threshold
   };
+  // Every rank's state: a process that joins the job takes the survivors' (the join message), so
+  // that its verdicts stay the same as theirs.
+  const std::vector<RankState>& state() const { return state_; }
+  void restore(std::vector<RankState> s) { state_ = std::move(s); }
+  // The rank's process died: whoever holds it next starts with a clean record.
+  void forget(int rank) {
+    if (rank < int(state_.size())) state_[rank] = {};
+  }
+
+ private:
   double threshold_;
   int window_;
   std::vector<RankState> state_;

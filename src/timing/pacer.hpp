@@ -72,6 +72,14 @@ class Pacer {
     worst_ratio_ = 0;
     return r;
   }
+  // Both counters, to put back after a compute phase that is no step's (Trainer::probe_seconds).
+  struct Counters {
+    int overruns;
+    double worst_ratio;
+  };
+  Counters counters() const { return {overruns_, worst_ratio_}; }
+  void set_counters(Counters c) { overruns_ = c.overruns, worst_ratio_ = c.worst_ratio; }
+  const PacingConfig& config() const { return c_; }
 
  private:
   void sleep_rest(double real, double target);

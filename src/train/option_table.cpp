@@ -216,8 +216,8 @@ std::vector<OptionSpec> failure_options() {
                "job runs at its pace), evict (it leaves the training groups as if failed under --policy, its "
                "process alive; a probe it runs while the others train names the end of its episode, and it "
                "rejoins, healed from its peers) or rebalance (its replica keeps every rank and shares heads, MLP "
-               "columns and vocabulary rows in proportion to measured speed, with the batch cut where whole "
-               "units cannot keep pace)",
+               "columns and vocabulary rows in proportion to measured speed, and takes the largest batch that "
+               "keeps pace with a healthy replica, within 2%)",
        .check = Check::OneOf, .choices = {"tolerate", "evict", "rebalance"}, .missing = Missing::Default},
       {.flag = "--spares-per-host", .key = "spares/per_host", .field = NTP_FIELD(spares_per_host),
        .help = "Spare processes: the last K processes of every host train nothing and replace a dead rank of that "

@@ -81,18 +81,30 @@ JoinState Trainer::join_state(int logical_rank) const {
 }
 
 double Trainer::probe_seconds() {
-  constexpr int n = 128;  // a 128^3 product: 4.2 MFLOP, about a millisecond on one CPU core
-  if (probe_.size() == 0) {
+  // An n^3 product: at least 128^3 (4.2 MFLOP, about a millisecond on one CPU core), and under
+  // paced timing large enough to take 5 ms on the emulated device, so that the real time under it
+  // does not decide the figure.
+  const PacingConfig& pc = pacer_.config();
+  const int n = !pc.enabled ? 128 : std::clamp(int(std::cbrt(5e-3 * pc.device_gflops * 1e9 / 2)) + 1, 128, 1024);
+  if (probe_.size() != std::size_t(3) * n * n) {
     probe_ = Arena(*backend_, std::size_t(3) * n * n);
     backend_->zero(probe_.data(), probe_.size());
   }
+  // Not a step's compute: at the rank's own speed (no boost of a replica it left), and no overrun
+  // counted against the next step.
+  const Pacer::Counters counters = pacer_.counters();
+  const double speed = pacer_.speed();
+  pacer_.set_speed(1.0);
   float* a = probe_.data();
   const auto t0 = Clock::now();
-  backend_->matmul_forward(a + 2 * n * n, a, a + n * n, nullptr, n, n, n, WeightLayout::OutIn);
+  backend_->matmul_forward(a + 2L * n * n, a, a + std::size_t(n) * n, nullptr, n, n, n, WeightLayout::OutIn);
   float done = 0;
-  backend_->to_host(&done, a + 2 * n * n, 1);  // waits for a device's product
+  backend_->to_host(&done, a + 2L * n * n, 1);  // waits for a device's product
   pacer_.pace_compute(since(t0), 2.0 * n * n * n);
-  return since(t0);
+  const double seconds = since(t0);
+  pacer_.set_speed(speed);
+  pacer_.set_counters(counters);
+  return seconds;
 }
 
 void Trainer::revoke_all() {

@@ -108,3 +108,21 @@ def test_a_policy_without_detection_is_refused(tmp_path):
                  tmp_path / "x.h5", check=False)
     assert p.returncode != 0 and "--straggler-threshold" in p.stderr + p.stdout, p.stdout + p.stderr
     assert not (tmp_path / "x.h5").exists()
+
+
+@pytest.mark.parametrize("policy", ["evict", "rebalance"])
+def test_a_replacement_joins_a_job_that_acts_on_a_straggler(tmp_path, ulfm, policy):
+    # Rank 5 really dies at step 10 and a new process takes it at step 12, while rank 2 is evicted
+    # or its replica rebalanced: the new process learns the eviction, the speeds and the detector's
+    # state from the survivors, so every rank keeps reaching the same verdicts (the end at 17).
+    out = tmp_path / f"{policy}.h5"
+    text = SLOW_2 + "  - {step: 10, kill: [5]}\n  - {step: 12, revive: [5]}\n"
+    ntpbench(8, *PACED, "--steps", 22, "--schedule", schedule(tmp_path, text), "--straggler-policy", policy,
+             "--kill-mode", "signal", "--out", out)
+    kinds = ("straggler", "straggler_end", "evict", "rejoin", "rebalance", "rebalance_end", "kill", "revive")
+    ev = [(s, k, r) for s, k, r, _ in event_rows(out, kinds)]
+    act, undo = ("evict", "rejoin") if policy == "evict" else ("rebalance", "rebalance_end")
+    assert ev == [(7, "straggler", 2), (8, act, 2), (10, "kill", 5), (12, "revive", 5), (17, "straggler_end", 2),
+                  (18, undo, 2)], ev
+    assert len(steps(out)) == 22
+    replay(out)
