@@ -185,8 +185,8 @@ double TrainingRun::apply_events(int s) {
   try {
     stragglers = act_on_stragglers(s);
   } catch (const PeerFailure& e) {
-    // A rank died during the straggler's reconfiguration: repaired as in a step (the membership
-    // already holds the eviction or the speeds).
+    // A rank died during the straggler's reconfiguration (undone: act_on_stragglers): repaired
+    // as in a step.
     if (!signal()) throw;
     stragglers = recover(s, e, now());
   }
@@ -466,8 +466,8 @@ void TrainingRun::watch_stragglers(int s, const std::array<double, kPhaseCount>&
   // Peers compute equal shares: the TP group of one replica at one pipeline stage.
   const Configuration& cfg = trainer_->configuration();
   std::vector<int> group(alive_.size(), -1);
-  for (int r = 0; r < int(group.size()); ++r)
-    if (const int q = cfg.replica_of(r); q >= 0) group[r] = q * cfg.replicas[q].stages + cfg.stage_of(r);
+  for (int k = 0; k < int(group.size()); ++k)
+    if (const int q = cfg.replica_of(k); q >= 0) group[k] = q * cfg.replicas[q].stages + cfg.stage_of(k);
   for (const StragglerVerdict& v : stragglers_.observe(compute, group, probe)) {
     if (root()) record_->record_straggler(s, v, now());
     if (o_.straggler_policy != "tolerate") straggler_verdicts_.push_back(v);
