@@ -96,7 +96,9 @@ def test_schedule_passes_check(path):
         return
     out = check(a.get("ranks", 8), "--preset", "tiny", "--tp", a.get("tp", 4), "--steps", steps, "--schedule", path)
     kills = int(re.search(r"\((\d+) kills", out).group(1))
-    assert kills >= 1, f"{path.name} kills nobody in {steps} steps: {out}"
+    # A straggler schedule slows a rank instead (jobs/schedules/one-straggler*.yaml).
+    slows = len(re.findall(r"slow:\s*\[\s*\d", body))
+    assert kills >= 1 or slows >= 1, f"{path.name} kills and slows nobody in {steps} steps: {out}"
     if path.name == "llama3-random.yaml":  # Llama 3's rate, scaled: a few failures in 8 ranks x 100 steps
         assert (a["ranks"], steps) == (8, 100) and 2 <= kills <= 5, out
 
