@@ -183,13 +183,15 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
 // pool can serve them all (a later revival of those ranks is then moot).
 double TrainingRun::take_over(int s, const std::vector<int>& lost) {
   if (!spares_ || o_.spare_use != "takeover") return 0;
+  // Every dead rank, not only this repair's: a whole host's deaths can come in two repairs, and a
+  // spare host serves the host once all its ranks are known dead (SparePool::choose).
   std::vector<int> dead;
-  for (int r : lost)
+  for (int r = 0; r < int(alive_.size()); ++r)
     if (!alive_[r]) dead.push_back(r);
   std::vector<int> served, unserved;
   for (const auto& [key, rank] : spares_->choose(dead, hosts_)) served.push_back(rank);
-  for (int r : dead)
-    if (std::find(served.begin(), served.end(), r) == served.end()) unserved.push_back(r);
+  for (int r : lost)
+    if (!alive_[r] && std::find(served.begin(), served.end(), r) == served.end()) unserved.push_back(r);
   if (root() && !unserved.empty()) record_->record_no_spare(s, now(), unserved);
   return served.empty() ? 0 : revive(s, served);
 }
@@ -277,7 +279,10 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       release_free_memory();
       restored_ = restored_ || rc.restored;
       const RecoveryFigures f = figures(rc, steps_before);
-      const bool taken_over = spares_ && o_.spare_use == "takeover" && !spares_->choose(lost, hosts_).empty();
+      std::vector<int> all_dead;
+      for (int r = 0; r < int(alive_.size()); ++r)
+        if (!alive_[r]) all_dead.push_back(r);
+      const bool taken_over = spares_ && o_.spare_use == "takeover" && !spares_->choose(all_dead, hosts_).empty();
       if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s) && !taken_over) {
         std::vector<int> dead;
         for (int r = 0; r < int(alive_.size()); ++r)

@@ -339,8 +339,8 @@ void RunRecord::record_revival(int s, double t_event, double seconds, const std:
 }
 
 void RunRecord::record_no_spare(int s, double t, const std::vector<int>& ranks) {
-  fmt::print("step {:5d}: no spare left for rank(s) {}: they stay dead (until a revival, where a process can be "
-             "spawned)\n", s, ranks);
+  fmt::print("step {:5d}: no spare for rank(s) {}: they stay dead (none left on their host, and a spare host takes "
+             "only a host whose ranks are all dead), until a revival, where a process can be spawned\n", s, ranks);
   rec_->event(make_event(t, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks)));
 }
 

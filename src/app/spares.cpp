@@ -114,7 +114,11 @@ std::vector<std::pair<int, int>> SparePool::choose(const std::vector<int>& ranks
   std::stable_sort(by_size.begin(), by_size.end(),
                    [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
   for (const auto& [host, on] : by_size) {
-    // One whole spare host takes every rank of this host: its TP groups stay inside a host.
+    // One whole spare host takes every rank of this host, and only of a host wholly lost: its TP
+    // groups stay inside a host. (The deaths of one node can reach the survivors in two repairs; the
+    // ranks of the first wait, dead, for the rest: TrainingRun::take_over asks again with them all.)
+    const auto on_host = std::count(rank_hosts.begin(), rank_hosts.end(), host);
+    if (static_cast<long>(on.size()) < on_host) continue;
     std::string into;
     for (const auto& s : whole_spare_hosts_) {
       const auto n = std::count_if(free.begin(), free.end(), [&](int k) { return host_of_spare(k) == s; });

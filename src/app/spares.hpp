@@ -55,8 +55,10 @@ class SparePool {
   // (nullptr on a spare that stays one), and the pool re-keyed. Collective over the pool.
   std::unique_ptr<Comm> regroup(const std::vector<std::pair<int, int>>& key_to_rank);
   // A live spare for each of `ranks` (whose hosts at job start are `rank_hosts`) the pool can serve:
-  // one on the rank's own host; else, for all the ranks of one host at once, spares of one whole
-  // spare host. Returns (spare key, logical rank) pairs, for the ranks served (maybe none).
+  // one on the rank's own host; else, when `ranks` hold every rank of their host (a whole host
+  // lost), spares of one whole spare host for all of them, so that TP groups stay inside a host (a
+  // host that lost only some ranks gets none: its groups would span two hosts). Returns (spare
+  // key, logical rank) pairs, for the ranks served (maybe none).
   std::vector<std::pair<int, int>> choose(const std::vector<int>& ranks,
                                           const std::vector<std::string>& rank_hosts) const;
   Comm& comm() { return *pool_; }
