@@ -179,15 +179,20 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
   return spawn_seconds + reconfigure(s, ev);
 }
 
+std::vector<int> TrainingRun::dead_ranks() const {
+  std::vector<int> dead;
+  for (int r = 0; r < int(alive_.size()); ++r)
+    if (!alive_[r]) dead.push_back(r);
+  return dead;
+}
+
 // --spare-use takeover, right after the repair of a death: spares take the dead ranks now, when the
 // pool can serve them all (a later revival of those ranks is then moot).
 double TrainingRun::take_over(int s, const std::vector<int>& lost) {
   if (!spares_ || o_.spare_use != "takeover") return 0;
   // Every dead rank, not only this repair's: a whole host's deaths can come in two repairs, and a
   // spare host serves the host once all its ranks are known dead (SparePool::choose).
-  std::vector<int> dead;
-  for (int r = 0; r < int(alive_.size()); ++r)
-    if (!alive_[r]) dead.push_back(r);
+  const std::vector<int> dead = dead_ranks();
   std::vector<int> served, unserved;
   for (const auto& [key, rank] : spares_->choose(dead, hosts_)) served.push_back(rank);
   for (int r : lost)
@@ -279,17 +284,11 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       release_free_memory();
       restored_ = restored_ || rc.restored;
       const RecoveryFigures f = figures(rc, steps_before);
-      std::vector<int> all_dead;
-      for (int r = 0; r < int(alive_.size()); ++r)
-        if (!alive_[r]) all_dead.push_back(r);
-      const bool taken_over = spares_ && o_.spare_use == "takeover" && !spares_->choose(all_dead, hosts_).empty();
+      const bool taken_over = spares_ && o_.spare_use == "takeover" && !spares_->choose(dead_ranks(), hosts_).empty();
       if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s) && !taken_over) {
-        std::vector<int> dead;
-        for (int r = 0; r < int(alive_.size()); ++r)
-          if (!alive_[r]) dead.push_back(r);
         throw NoProgress(fmt::format("step {}: rank(s) {} are dead, no replica can train under --policy {} and no "
                                      "revival is scheduled",
-                                     s, dead, o_.policy));
+                                     s, dead_ranks(), o_.policy));
       }
       if (root()) {
         record_->record_repair(s, schedule_, repairs, lost, {t_attempt, -times[1], times[0], times[2]}, f, hung);

@@ -203,14 +203,21 @@ double TrainingRun::apply_events(int s) {
   return stragglers + (back.empty() ? 0 : revive(s, back));
 }
 
+namespace {
+// Speeds all at 1 are no speeds (the even split): Trainer::set_rank_speeds' empty.
+std::vector<double> unless_all_full(std::vector<double> speed) {
+  if (std::all_of(speed.begin(), speed.end(), [](double x) { return x == 1.0; })) speed.clear();
+  return speed;
+}
+}  // namespace
+
 void TrainingRun::forget_straggler(int r) {
   evicted_[r] = 0;
   stragglers_.forget(r);
   std::vector<double> speed = trainer_->rank_speeds();
   if (r < int(speed.size()) && speed[r] != 1.0) {
     speed[r] = 1.0;
-    const bool all_full = std::all_of(speed.begin(), speed.end(), [](double x) { return x == 1.0; });
-    trainer_->set_rank_speeds(all_full ? std::vector<double>{} : speed);
+    trainer_->set_rank_speeds(unless_all_full(std::move(speed)));
   }
 }
 
@@ -224,9 +231,9 @@ void TrainingRun::resync_stragglers() {
   stragglers_.restore(std::move(state));
 }
 
-std::vector<char> TrainingRun::training_members() const {
+std::vector<char> TrainingRun::training_members(const std::vector<char>& evicted) const {
   std::vector<char> m = alive_;
-  for (std::size_t r = 0; r < m.size(); ++r) m[r] = m[r] && !evicted_[r];
+  for (std::size_t r = 0; r < m.size(); ++r) m[r] = m[r] && !evicted[r];
   return m;
 }
 
@@ -269,8 +276,7 @@ double TrainingRun::act_on_stragglers(int s) {
     // the straggler is tolerated instead.
     std::vector<char> trial = evicted;
     trial[v.rank] = 1;
-    std::vector<char> members = alive_;
-    for (std::size_t r = 0; r < members.size(); ++r) members[r] = members[r] && !trial[r];
+    const std::vector<char> members = training_members(trial);
     const Configuration after = plan_for(o_, trainer_->topology(), members);
     if (after.active_replicas() == 0 || !trainer_->state_survives(members)) {
       actions.push_back({v.rank, "evict_refused",
@@ -281,8 +287,7 @@ double TrainingRun::act_on_stragglers(int s) {
     evicted = trial;
     actions.push_back({v.rank, "evict", ""});
   }
-  // Speeds all at 1 are no speeds (the even split).
-  if (std::all_of(speed.begin(), speed.end(), [](double x) { return x == 1.0; })) speed.clear();
+  speed = unless_all_full(std::move(speed));
   const bool changed = evicted != evicted_ || (!evict && speed != trainer_->rank_speeds());
   if (!changed) {
     if (root())

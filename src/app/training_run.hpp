@@ -133,8 +133,11 @@ class TrainingRun {
   // --straggler-policy evict: every rank's probe (Trainer::probe_seconds) at the start; their
   // median is the healthy time an evicted rank's probe is held against (collective).
   void measure_probe_base();
-  // The ranks that train: alive and not evicted.
-  std::vector<char> training_members() const;
+  // The ranks that train: alive and not evicted (by default, as evicted_ says).
+  std::vector<char> training_members(const std::vector<char>& evicted) const;
+  std::vector<char> training_members() const { return training_members(evicted_); }
+  // Logical ranks with no live process.
+  std::vector<int> dead_ranks() const;
   // Rank r died: it is no longer evicted nor a straggler, and whoever holds it next starts at full
   // speed (a rebalance by its speed ends with it).
   void forget_straggler(int r);
