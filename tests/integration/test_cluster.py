@@ -11,6 +11,7 @@ import os
 import re
 import pathlib
 import signal
+import sys
 import subprocess
 import time
 
@@ -327,13 +328,23 @@ def spare_pids(h5):
         return {s["pid"]: s["host"] for s in json.loads(f.attrs["spares"])}
 
 
+def no_spare_named(h5):
+    """The ranks the no_spare events name (each says "rank(s) [...] stay dead")."""
+    return {int(r) for _, _, detail in events(h5, "no_spare") for r in re.findall(r"\d+", detail.split("stay dead")[0])}
+
+
 @needs_ulfm
 @pytest.mark.parametrize("use", ["takeover", "revive"])
 def test_a_spare_host_takes_a_dead_node(cluster, use):
     """Three nodes of 4 tasks, the last one a spare host: node2 dies for real (--kill-mode signal)
     and node3's spares take its ranks 4-7, at once (takeover) or at the revival (revive), with no
     fall-back to fenced kills: the processes of node3 hold them to the end, mpirun exits 0, and the
-    run replays."""
+    run replays.
+
+    Open MPI 5.0.11's TCP path can take a peer on another node down with node2 (test_a_node_killed_
+    from_outside). When that peer is one of node3's spares, node3 can no longer hold a whole node:
+    the run must say so (spare_lost, and node2's ranks named in no_spare) and train on; the job is
+    then run once more, since the handover itself was not exercised."""
     d, env = cluster
     sched = d / f"spare-host-{use}.yaml"
     text = "events:\n  - {step: 4, kill_node: node2, at: backward}\n"
@@ -341,21 +352,32 @@ def test_a_spare_host_takes_a_dead_node(cluster, use):
     # a peer down with a node): the spare host goes to the whole node, and rank 3 stays dead.
     sched.write_text(text + ("  - {step: 4, kill: [3], at: backward}\n" if use == "takeover"
                              else "  - {step: 7, revive_node: node2}\n"))
-    rc, log, h5 = sbatch(env, f"spare-{use}", 3, *TINY, "--steps", 9, "--schedule", sched, "--policy", "ntp",
-                         "--kill-mode", "signal", "--spare-hosts", 1, "--spare-use", use)
-    assert rc == 0, log
-    assert "kills are fenced" not in log, log
+    for attempt in (1, 2):
+        rc, log, h5 = sbatch(env, f"spare-{use}-{attempt}", 3, *TINY, "--steps", 9, "--schedule", sched, "--policy",
+                             "ntp", "--kill-mode", "signal", "--spare-hosts", 1, "--spare-use", use)
+        assert rc == 0, log
+        assert "kills are fenced" not in log, log
+        lost = events(h5, "spare_lost")
+        if not lost:
+            break
+        # A spare of node3 died with node2: whichever of node2's ranks no spare took stay dead, named.
+        _, inc = attrs_hosts(h5)
+        unserved = {r for r in (4, 5, 6, 7) if [host for rank, host, _, _ in inc if rank == r][-1] != "node3"}
+        assert unserved and unserved <= no_spare_named(h5), (lost, events(h5, "no_spare"), log)
+        print(f"note: Open MPI took spare(s) of node3 down with node2 ({lost}); running the job again", file=sys.stderr)
+    else:
+        pytest.fail(f"a spare of node3 died with node2 in both runs: {lost}\n{log}")
     hosts, inc = attrs_hosts(h5)
     assert hosts == BLOCK, hosts  # the 8 trainers' hosts at job start; node3's 4 processes are spares
     spares = spare_pids(h5)
     assert sorted(spares.values()) == ["node3"] * 4, spares
     # Ranks 4-7: first their node2 process (ended), then one of node3's spares, alive at the end.
     dead = sorted(r for _, r, _ in events(h5, "kill"))
-    assert set(dead) >= ({3, 4, 5, 6, 7} if use == "takeover" else {4, 5, 6, 7}), dead
+    assert set(dead) >= ({3, 4, 5, 6, 7} if use == "takeover" else {4, 5, 6, 7}), (dead, log)
     for r in (4, 5, 6, 7):
         mine = [(host, pid, t_end) for rank, host, pid, t_end in inc if rank == r]
-        assert mine[0][0] == "node2" and mine[0][2] == mine[0][2], mine  # ended (not NaN)
-        assert mine[-1][0] == "node3" and mine[-1][1] in spares and mine[-1][2] != mine[-1][2], mine
+        assert mine[0][0] == "node2" and mine[0][2] == mine[0][2], (mine, log)  # ended (not NaN)
+        assert mine[-1][0] == "node3" and mine[-1][1] in spares and mine[-1][2] != mine[-1][2], (mine, log)
     kind = "takeover" if use == "takeover" else "spare"
     taken = events(h5, kind)  # one event per rank a spare took
     assert sorted((s, r) for s, r, _ in taken) == [(4 if use == "takeover" else 7, r) for r in (4, 5, 6, 7)], taken
@@ -371,6 +393,6 @@ def test_a_spare_host_takes_a_dead_node(cluster, use):
         # without a spare, until the rest of their node is known dead and the spare host takes it all.
         stray = set(dead) - {4, 5, 6, 7}
         none = events(h5, "no_spare")
-        named = {int(r) for _, _, detail in none for r in re.findall(r"\d+", detail.split("stay dead")[0])}
+        named = no_spare_named(h5)
         assert {s for s, _, _ in none} == {4} and named - {4, 5, 6, 7} == stray and stray <= named, (none, log)
     replay(h5)
