@@ -112,12 +112,28 @@ void GradSync::pack_replicated(int b) {
 
 void GradSync::begin(float* grads) {
   grads_ = grads;
-  bytes_ = 0;
+  bytes_ = 0, allreduce_bytes_ = 0, regroup_bytes_ = 0;
+  for (auto& f : regroup_) f.link = {};
+}
+
+// An exchange posted now: on the emulated TP link from now (behind what is on it) while the
+// backward goes on; complete() waits for its emulated end.
+GradSync::InFlight GradSync::post(const ReshardPlan& plan, int b, bool to_chunks) {
+  auto exchange = std::make_unique<ReshardExchange>(tp_, plan, tensors(b, to_chunks), &be_);
+  const LinkTicket link = pacer_.post(exchange->bytes_sent(), tp_.size() - 1, Link::Tp);
+  return {std::move(exchange), link};
 }
 
 void GradSync::post_regroup(int b) {
   if (aligned_) return;  // every chunk is where it belongs
-  regroup_[b] = {std::make_unique<ReshardExchange>(tp_, *to_chunks_, tensors(b, true), &be_), PhaseClock::clock::now()};
+  regroup_[b] = post(*to_chunks_, b, true);
+  regroup_bytes_ += regroup_[b].exchange->bytes_sent();
+}
+
+PaceClock::time_point GradSync::regroup_end() const {
+  PaceClock::time_point end{};
+  for (const auto& f : regroup_) end = std::max(end, f.link.end);
+  return end;
 }
 
 void GradSync::layer_gradients_ready(int layer) {
@@ -136,16 +152,12 @@ void GradSync::progress() {
 void GradSync::complete(InFlight& f) {
   if (!f.exchange) return;  // nothing was posted (an aligned replica's regroup)
   PhaseScope p(clock_, Phase::Reshard);
+  const auto began = pacer_.now();
   f.exchange->finish();
   const double sent = f.exchange->bytes_sent();
   f.exchange.reset();
   bytes_ += sent;
-  if (!pacer_.enabled()) return;
-  // The emulated TP link carries the exchanges one after another, each from when it was posted.
-  const auto start = std::max(link_free_, f.posted);
-  link_free_ = start + std::chrono::duration_cast<PhaseClock::clock::duration>(std::chrono::duration<double>(
-                           pacer_.transfer_seconds(sent, tp_.size() - 1, Link::Tp)));
-  pacer_.wait_until(link_free_);
+  pacer_.wait(f.link, began);
 }
 
 void GradSync::finish() {
@@ -156,7 +168,7 @@ void GradSync::finish() {
     slot_->allreduce_sum(buf, n);
     const int R = slot_->size();
     const double bytes = R > 1 ? 2.0 * (R - 1) / R * n * sizeof(float) : 0.0;
-    bytes_ += bytes;
+    bytes_ += bytes, allreduce_bytes_ += bytes;
     pacer_.pace_transfer(seconds_since(t0), bytes, 2 * (R - 1), Link::Dp);
   };
   if (uniform_) {
@@ -185,7 +197,7 @@ void GradSync::finish() {
         if (n > 0) allreduce(chunk() + off, n);
     }
     PhaseScope p(clock_, Phase::Reshard);
-    reverse_[b] = {std::make_unique<ReshardExchange>(tp_, *from_chunks_, tensors(b, false), &be_), PhaseClock::clock::now()};
+    reverse_[b] = post(*from_chunks_, b, false);
   }
   for (int b : order) complete(reverse_[b]);
   grads_ = nullptr;

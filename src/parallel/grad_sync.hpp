@@ -70,6 +70,12 @@ class GradSync final : public BackwardObserver {
   bool chunks_in_place() const { return aligned_; }
   // Bytes this rank sent in the last sync (all-reduce counted as a ring's 2(n-1)/n).
   double bytes_sent() const { return bytes_; }
+  // Of those, the all-reduces', the regroup's (the reshard to chunks, overlapped with the
+  // backward), and, under paced timing, the emulated end of the regroup's last exchange on the TP
+  // link (the epoch if there was none).
+  double allreduce_bytes() const { return allreduce_bytes_; }
+  double regroup_bytes() const { return regroup_bytes_; }
+  PaceClock::time_point regroup_end() const;
 
  private:
   struct Bucket {
@@ -80,8 +86,9 @@ class GradSync final : public BackwardObserver {
   };
   struct InFlight {
     std::unique_ptr<ReshardExchange> exchange;
-    PhaseClock::clock::time_point posted;
+    LinkTicket link;  // paced: its time on the emulated TP link, from its post
   };
+  InFlight post(const ReshardPlan& plan, int b, bool to_chunks);
   void post_regroup(int b);
   void complete(InFlight& f);
   std::vector<ReshardTensor> tensors(int b, bool to_chunks);
@@ -97,7 +104,7 @@ class GradSync final : public BackwardObserver {
   int tp_index_, n2_;
   bool uniform_;
   float* grads_ = nullptr;
-  double bytes_ = 0;
+  double bytes_ = 0, allreduce_bytes_ = 0, regroup_bytes_ = 0;
   // Chunk mode only.
   std::unique_ptr<ReshardPlan> to_chunks_, from_chunks_;  // segments: heads, mlp, vocab (+ replicated copies)
   std::vector<int> chunk_units_;                          // per sharded dimension, this rank's chunk units
@@ -108,7 +115,6 @@ class GradSync final : public BackwardObserver {
   bool aligned_ = false;
   Arena chunk_;  // core ranks of other replicas: chunk i of every tensor, in arena order (backend memory)
   std::vector<InFlight> regroup_, reverse_;               // per bucket
-  PhaseClock::clock::time_point link_free_{};             // paced: when the emulated TP link is next free
 };
 
 }  // namespace ntp

@@ -1,12 +1,26 @@
 #pragma once
 // Paced timing (--timing paced) for machines with fewer cores than ranks. Each rank emulates a
-// device of --device-gflops and links of --tp-gbps / --dp-gbps (GB/s) with --link-latency-us:
-// after a compute phase the rank sleeps until max(real time, FLOPs / rate) has passed, after a
-// transfer until max(real time, latency + bytes / bandwidth). The arithmetic stays real; the wall
-// clock becomes the emulated device's. Sleeping frees the core for the other ranks, and ranks
-// waiting in a collective for a slower (paced) peer wait as they would on real hardware, so the
-// critical path of a step is the emulated one. A compute phase whose real time exceeded its
-// emulated time is an overrun: the emulation was not honest for that step, and it is recorded.
+// device of --device-gflops and links of --tp-gbps / --dp-gbps (GB/s) with --link-latency-us.
+// The arithmetic stays real; the wall clock becomes the emulated device's. Sleeping frees the core
+// for the other ranks, and ranks waiting in a collective for a slower (paced) peer wait as they
+// would on real hardware, so the critical path of a step is the emulated one.
+//
+// The emulated resources of one rank work at the same time, as a GPU's SMs, its NVLink and its NIC
+// do:
+// - the compute engine: a compute phase ends at max(real time, FLOPs / rate) after it began (the
+//   rank's thread is the engine's queue: it computes one phase at a time);
+// - the scale-up link and the scale-out link, each busy until a time. A transfer occupies its link
+//   from when it is posted, or from when the transfers already on that link end (they queue), for
+//   latency x messages + bytes / bandwidth. A nonblocking exchange posted during the backward so
+//   occupies its link while compute goes on; waiting for it blocks until its emulated end (nothing,
+//   if that has passed: the exchange was hidden), or until its real end if that is later. A
+//   blocking transfer is one posted when it began and waited for at once.
+// A phase whose real time exceeded its emulated time is an overrun: the emulation was not honest
+// for that step. Compute overruns are recorded per step; transfer overruns are counted apart
+// (real MPI copies on shared cores often outrun a fast emulated link, and the wait then ends late).
+// Limits: the links are each rank's own. Ranks that share a real link (eight GPUs behind one NIC)
+// do not contend for it, and a collective costs its own bytes over its link: a late peer shows up
+// as real waiting inside the collective, not in the model.
 #include <chrono>
 #include <functional>
 
@@ -29,9 +43,26 @@ struct PacingConfig {
 // over several real hosts the trainer routes each group by where its members really run.
 enum class Link { Tp, Dp };
 
+// What the pacer reads the time from and sleeps on: the steady clock, or a test's virtual clock
+// (sleeping advances it), which makes the model's arithmetic exact to test.
+class PaceClock {
+ public:
+  using time_point = std::chrono::steady_clock::time_point;
+  virtual ~PaceClock() = default;
+  virtual time_point now() = 0;
+  virtual void sleep_until(time_point t) = 0;
+  static PaceClock& steady();
+};
+
+// A transfer on an emulated link: when it was posted, and its emulated end (start on its link plus
+// its link time). Default: nothing posted (unpaced), nothing to wait for.
+struct LinkTicket {
+  PaceClock::time_point posted{}, end{};
+};
+
 class Pacer {
  public:
-  explicit Pacer(const PacingConfig& c) : c_(c) {}
+  explicit Pacer(const PacingConfig& c, PaceClock& clock = PaceClock::steady()) : c_(c), clock_(&clock) {}
   bool enabled() const { return c_.enabled; }
   // Compute speed multiplier of this rank now (1, or the boost of an ntp-pw damaged replica).
   void set_speed(double s) { speed_ = s; }
@@ -50,11 +81,22 @@ class Pacer {
   double compute_seconds(double flops) const;
   double transfer_seconds(double bytes, int messages, Link group) const;
 
-  // Sleeps until `target` seconds have passed since the phase took `real` seconds.
+  // After a compute phase that took `real` seconds: sleeps until its emulated end.
   void pace_compute(double real, double flops);
-  void pace_transfer(double real, double bytes, int messages, Link link);
-  // Sleeps until `t` (an emulated transfer that overlapped other work ends then).
-  void wait_until(std::chrono::steady_clock::time_point t);
+  // After a blocking transfer that took `real` seconds: the transfer occupied its link from when it
+  // began (behind what was on the link already); sleeps until its emulated end.
+  void pace_transfer(double real, double bytes, int messages, Link group);
+  // A nonblocking transfer posted now (or at `posted`): it takes its link from then, or once the
+  // link is free, and the ticket says when it ends.
+  LinkTicket post(double bytes, int messages, Link group) { return post_at(now(), bytes, messages, group); }
+  LinkTicket post_at(PaceClock::time_point posted, double bytes, int messages, Link group);
+  // Called once the real transfer is done, having waited for it since `began` (the caller's
+  // wait, e.g. MPI_Waitall, began then): sleeps until the emulated end. If the real wait went on
+  // past the emulated end, the link was slower than emulated: an overrun.
+  void wait(const LinkTicket& t, PaceClock::time_point began);
+  PaceClock::time_point now() const { return clock_->now(); }
+  // When the physical link `physical` (Link::Tp: scale-up, Link::Dp: scale-out) is next free.
+  PaceClock::time_point link_free(Link physical) const { return link_free_[static_cast<int>(physical)]; }
   // Called every few hundred microseconds while the pacer sleeps: the emulated device computes,
   // and the host keeps the exchanges in flight moving (MPI progresses only inside MPI calls).
   void set_background(std::function<void()> f) { background_ = std::move(f); }
@@ -80,17 +122,26 @@ class Pacer {
   Counters counters() const { return {overruns_, worst_ratio_}; }
   void set_counters(Counters c) { overruns_ = c.overruns, worst_ratio_ = c.worst_ratio; }
   const PacingConfig& config() const { return c_; }
+  // Transfers whose real end came after their emulated end, since the last call.
+  int take_link_overruns() {
+    const int n = link_overruns_;
+    link_overruns_ = 0;
+    return n;
+  }
 
  private:
   void sleep_rest(double real, double target);
   void sleep_for(double seconds);
   PacingConfig c_;
+  PaceClock* clock_;
   std::function<void()> background_;
   double speed_ = 1.0;
   double slow_compute_ = 1.0, slow_link_ = 1.0;
   int overruns_ = 0;
   double worst_ratio_ = 0;
+  int link_overruns_ = 0;
   Link route_[2] = {Link::Tp, Link::Dp};
+  PaceClock::time_point link_free_[2]{};  // per physical link: the end of the last transfer on it
 };
 
 }  // namespace ntp

@@ -1,0 +1,150 @@
+// Paced timing's concurrent resources (pacer.hpp) on a virtual clock: the compute engine and the two
+// links work at once, transfers on one link queue, and a wait ends at the emulated end of what it
+// waits for. Every expectation is the model's arithmetic, to the nanosecond.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "pacer.hpp"
+
+namespace {
+
+using ntp::Link;
+using ntp::PaceClock;
+
+// Sleeping advances it; a test advances it by hand for the real time a phase took.
+class VirtualClock final : public PaceClock {
+ public:
+  time_point now() override { return t_; }
+  void sleep_until(time_point t) override { t_ = std::max(t_, t); }
+  void advance(double seconds) {
+    t_ += std::chrono::duration_cast<time_point::duration>(std::chrono::duration<double>(seconds));
+  }
+  double since(time_point t0) const { return std::chrono::duration<double>(t_ - t0).count(); }
+
+ private:
+  time_point t_{std::chrono::seconds(1000)};
+};
+
+// 1 GFLOP/s, links of 1 GB/s (scale-up) and 0.5 GB/s (scale-out), no latency unless a test sets it:
+// 1 MFLOP takes 1 ms, 1 MB 1 ms on the scale-up link and 2 ms on the scale-out link.
+ntp::PacingConfig paced() {
+  ntp::PacingConfig c;
+  c.enabled = true, c.device_gflops = 1, c.tp_gbps = 1, c.dp_gbps = 0.5, c.latency_us = 0;
+  return c;
+}
+
+constexpr double kMs = 1e-3, kNs = 1e-9;
+
+struct PacerTest : ::testing::Test {
+  VirtualClock clock;
+  ntp::Pacer pacer{paced(), clock};
+  PaceClock::time_point t0 = clock.now();
+};
+
+TEST_F(PacerTest, AFullyHiddenExchangeAddsNothing) {
+  const auto t = pacer.post(1e6, 1, Link::Tp);  // 1 ms on the scale-up link ...
+  pacer.pace_compute(0, 5e6);                    // ... under 5 ms of compute
+  EXPECT_NEAR(clock.since(t0), 5 * kMs, kNs);
+  pacer.wait(t, clock.now());  // the real exchange was done by now
+  EXPECT_NEAR(clock.since(t0), 5 * kMs, kNs);
+  EXPECT_EQ(pacer.take_link_overruns(), 0);
+}
+
+TEST_F(PacerTest, AFullyExposedExchangeAddsItsLinkTime) {
+  const auto t = pacer.post(3e6, 1, Link::Tp);
+  pacer.wait(t, t.posted);
+  EXPECT_NEAR(clock.since(t0), 3 * kMs, kNs);
+}
+
+TEST_F(PacerTest, APartlyHiddenExchangeAddsTheRest) {
+  const auto t = pacer.post(3e6, 1, Link::Tp);  // 3 ms, 1 ms of it under compute
+  pacer.pace_compute(0, 1e6);
+  pacer.wait(t, clock.now());
+  EXPECT_NEAR(clock.since(t0), 3 * kMs, kNs);
+}
+
+TEST_F(PacerTest, TwoTransfersOnOneLinkAddUp) {
+  const auto a = pacer.post(1e6, 1, Link::Tp);
+  const auto b = pacer.post(2e6, 1, Link::Tp);  // starts when a ends
+  EXPECT_NEAR(std::chrono::duration<double>(b.end - a.end).count(), 2 * kMs, kNs);
+  pacer.wait(b, clock.now());
+  EXPECT_NEAR(clock.since(t0), 3 * kMs, kNs);
+  pacer.wait(a, clock.now());  // long over
+  EXPECT_NEAR(clock.since(t0), 3 * kMs, kNs);
+}
+
+TEST_F(PacerTest, TransfersOnDifferentLinksOverlap) {
+  const auto a = pacer.post(1e6, 1, Link::Tp);  // 1 ms scale-up
+  const auto b = pacer.post(1e6, 1, Link::Dp);  // 2 ms scale-out, at the same time
+  pacer.wait(a, clock.now());
+  pacer.wait(b, clock.now());
+  EXPECT_NEAR(clock.since(t0), 2 * kMs, kNs);
+}
+
+TEST_F(PacerTest, GroupsRoutedToOneLinkShareIt) {
+  pacer.set_route(Link::Dp, Link::Tp);  // a sync slot inside one node: it takes the scale-up link too
+  const auto a = pacer.post(1e6, 1, Link::Tp);
+  const auto b = pacer.post(1e6, 1, Link::Dp);
+  pacer.wait(a, clock.now());
+  pacer.wait(b, clock.now());
+  EXPECT_NEAR(clock.since(t0), 2 * kMs, kNs);
+}
+
+TEST_F(PacerTest, ABlockingTransferQueuesBehindAPostedOne) {
+  pacer.post(1e6, 1, Link::Tp);           // a regroup exchange in flight ...
+  pacer.pace_transfer(0, 1e6, 1, Link::Tp);  // ... and a TP all-reduce of the backward behind it
+  EXPECT_NEAR(clock.since(t0), 2 * kMs, kNs);
+  pacer.pace_transfer(0, 1e6, 1, Link::Dp);  // the scale-out link was free all along
+  EXPECT_NEAR(clock.since(t0), 4 * kMs, kNs);
+}
+
+TEST_F(PacerTest, ABlockingTransferCountsFromWhenItBegan) {
+  clock.advance(0.4 * kMs);                      // the real transfer took 0.4 ms ...
+  pacer.pace_transfer(0.4 * kMs, 1e6, 1, Link::Tp);  // ... of its emulated 1 ms
+  EXPECT_NEAR(clock.since(t0), 1 * kMs, kNs);
+}
+
+TEST_F(PacerTest, ARealEndAfterTheEmulatedOneIsAnOverrun) {
+  const auto t = pacer.post(1e6, 1, Link::Tp);
+  clock.advance(3 * kMs);  // the real exchange took 3 ms, waited for from its post
+  pacer.wait(t, t.posted);
+  EXPECT_NEAR(clock.since(t0), 3 * kMs, kNs);  // no sleep: the real end is later
+  EXPECT_EQ(pacer.take_link_overruns(), 1);
+  EXPECT_EQ(pacer.take_link_overruns(), 0);
+  clock.advance(2 * kMs);
+  pacer.pace_transfer(2 * kMs, 1e6, 1, Link::Dp);  // 2 ms real, 2 ms emulated: on time
+  EXPECT_EQ(pacer.take_link_overruns(), 0);
+}
+
+TEST_F(PacerTest, LatencyCountsPerMessage) {
+  ntp::PacingConfig c = paced();
+  c.latency_us = 10;
+  ntp::Pacer p(c, clock);
+  const auto t = p.post(1e6, 7, Link::Tp);
+  p.wait(t, t.posted);
+  EXPECT_NEAR(clock.since(t0), 1 * kMs + 70e-6, kNs);
+}
+
+TEST_F(PacerTest, TheHostKeepsExchangesMovingWhileItWaits) {
+  int calls = 0;
+  pacer.set_background([&] { ++calls; });
+  const auto t = pacer.post(1e6, 1, Link::Tp);
+  pacer.wait(t, t.posted);
+  EXPECT_NEAR(clock.since(t0), 1 * kMs, kNs);
+  EXPECT_EQ(calls, 5);  // every 200 microseconds of the 1 ms
+}
+
+TEST(Pacer, UnderWallTimingNothingWaits) {
+  VirtualClock clock;
+  ntp::PacingConfig wall = paced();
+  wall.enabled = false;
+  ntp::Pacer p(wall, clock);
+  const auto t0 = clock.now();
+  p.wait(p.post(1e9, 1, Link::Tp), t0);
+  p.pace_transfer(0, 1e9, 1, Link::Dp);
+  p.pace_compute(0, 1e9);
+  EXPECT_EQ(clock.now(), t0);
+}
+
+}  // namespace
