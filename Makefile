@@ -176,7 +176,7 @@ demo: deps build
 readme-demo: py-deps
 	$(PY) -m analysis.readme_demo README.md results/demo
 
-# The soak (issue 14): 8 ranks of tiny under jobs/schedules/soak.yaml's random failures (a rank
+# The soak: 8 ranks of tiny under jobs/schedules/soak.yaml's random failures (a rank
 # fails every 100 steps on average, back 5 steps later), once per policy, killed for real
 # (SOAK_KILL_MODE=fence emulates). Each run must finish within SOAK_TIMEOUT seconds, replay
 # (AGREES) and keep every rank's memory and open descriptors flat (python -m analysis soak, which

@@ -1,4 +1,4 @@
-// Resilience costs (issue 6): the NTP gradient sync against a uniform all-reduce of the same
+// Resilience costs: the NTP gradient sync against a uniform all-reduce of the same
 // gradient bytes, and healing (bytes moved, time) against the step time.
 //
 // ntp_sync/<model>/<n1>-><n2>: two replicas, one healthy at TP n1 (ranks 0..n1-1, core/extra
@@ -13,7 +13,7 @@
 //                arena, which is exactly the buffer a core rank all-reduces in the NTP case (chunk
 //                i of every sharded tensor is Megatron's even split at n2; replicated tensors ride
 //                along in both). Same bytes, same all-reduce group size (2): ntp/uniform is the
-//                cost of the regrouping. Overlapped, this is the issue's target (<= 1.10x).
+//                cost of the regrouping. Overlapped, this is the target (<= 1.10x).
 //     healthy    both replicas at TP n1 (2 n1 ranks; the job before the failure): each rank
 //                all-reduces 1/n1 of the sharded gradients. Only where 2 n1 ranks exist.
 //   Per-rank bytes are GradSync::bytes_sent() (all-reduce counted as a ring's 2(n-1)/n, reshard as
@@ -29,7 +29,7 @@
 //   replica), revive it (reconfigure with all alive: the empty rank is healed). Recovery.heal is
 //   max over ranks, Recovery.heal_bytes (params + both AdamW moments) summed over ranks; medians
 //   over rounds. The iteration time is the revival's heal (healing the empty rank's shard); the
-//   ratio heal/step is the issue's target at `small` (<= 1). heal/gpt2 is opt-in
+//   ratio heal/step is the target at `small` (<= 1). heal/gpt2 is opt-in
 //   (NTPBENCH_BENCH_GPT2=1 in rank 0's environment; skipped with that message otherwise).
 //
 // In ntp_sync, ranks outside a configuration sleep (sleepy barriers), so they leave the cores to

@@ -1,4 +1,4 @@
-// The whole training step against plain sgemm at the step's own GEMM shapes (issue 6, item 3):
+// The whole training step against plain sgemm at the step's own GEMM shapes:
 // one rank, gpt2 (and small) at B=4, T=64, BLAS/OpenMP threads = cores.
 //
 // One benchmark iteration runs R interleaved rounds of (a) one real Trainer step (forward,
