@@ -55,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo readme-demo clean help bench bench-bestblas bench-spares
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo readme-demo clean help bench bench-bestblas bench-spares bench-reshard
 
 all: build
 
@@ -69,6 +69,7 @@ help:
 	@echo "make test-cluster the multi-node tests alone: a 3-node Slurm cluster in network namespaces (root)"
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
 	@echo "make bench-spares  a spare takeover against a spawned revival in one run, and heal bandwidth against memcpy"
+	@echo "make bench-reshard the NTP sync on emulated DGX links, and the reshard's slowdown of the backward (Figure 8)"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
 	@echo "make readme-demo  rewrite the README's \`make demo\` block from the last demo's results/demo/report.txt and replay.txt"
 	@echo "make soak    $(RANKS) ranks of tiny under random failures (jobs/schedules/soak.yaml), every policy, SOAK_STEPS=$(SOAK_STEPS) steps: finishes, replays, memory and fds flat (under real kills: beyond what Open MPI keeps per replaced process, measured first by bench/ulfm_respawn_cost)"
@@ -258,9 +259,19 @@ bench: build
 	$(BUILD)/bench/bench_step $(call BENCH_JSON,$(BENCH_OUT)/step.json)
 	$(MPIRUN) -np 4 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_comm $(call BENCH_JSON,$(BENCH_OUT)/comm.json)
 	$(MPIRUN) -np 4 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_layer $(call BENCH_JSON,$(BENCH_OUT)/layer.json)
-	$(MPIRUN) -np 8 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_resilience $(call BENCH_JSON,$(BENCH_OUT)/resilience.json)
+	$(MPIRUN) -np 8 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_resilience --benchmark_filter='^(ntp_sync|heal)/' \
+	  $(call BENCH_JSON,$(BENCH_OUT)/resilience.json)
 	$(MPIRUN) -np 8 -x OMP_NUM_THREADS=1 $(BUILD)/bench/bench_pipeline $(call BENCH_JSON,$(BENCH_OUT)/pipeline.json)
 	python3 bench/report.py $(BENCH_OUT)
+
+# The NTP gradient sync on an emulated DGX A100 (paced links and device), and the paper's Figure 8:
+# the reshard's slowdown of the backward against (reshard bytes / link rate) / (backward compute),
+# on 8 ranks (bench/README.md, "Paced NTP sync and Figure 8"). Waiting ranks yield their core.
+bench-reshard: build py-deps
+	@mkdir -p $(BENCH_OUT)
+	$(MPIRUN) -np 8 -x OMP_NUM_THREADS=1 -x OMPI_MCA_mpi_yield_when_idle=1 $(BUILD)/bench/bench_resilience \
+	  --benchmark_filter='ntp_sync_paced|reshard_slowdown' $(call BENCH_JSON,$(BENCH_OUT)/reshard.json)
+	$(PY) -m analysis reshard $(BENCH_OUT)/reshard.json --plot $(BENCH_OUT)/fig8_reshard_slowdown.png
 
 # A spare takeover against a spawned revival, in one run (bench/README.md, Spares): `small`, 8
 # trainers + 3 spares, six deaths (jobs/schedules/spares-vs-spawn.yaml): the spares take the first

@@ -1,4 +1,4 @@
-"""Command line: python3 -m analysis {report,plot,simulate,watch,soak,revivals} ..."""
+"""Command line: python3 -m analysis {report,plot,simulate,watch,soak,revivals,stragglers,reshard} ..."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python3 -m analysis",
         description="Reports, plots and the cluster-scale goodput simulator for ntpbench results "
                     "(HDF5 schema 1, see results/README.md).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch,soak,revivals}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch,soak,revivals,stragglers,reshard}")
 
     r = sub.add_parser("report", help="table of runs; checks /summary against the raw rows",
                        description="Print one row per run: policy, TP x DP, failures, throughput, goodput, "
@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     sg.add_argument("--tolerance", type=float, metavar="FRACTION",
                     help="exit 1 when a run's measured goodput is further than this from its expectation "
                          "(e.g. 0.1; default: only print)")
+
+    rs = sub.add_parser("reshard", help="the NTP reshard's cost against compute (the paper's Figure 8)",
+                        description="From bench_resilience's paced benchmarks (make bench-reshard): the paced NTP "
+                                    "sync against the uniform all-reduce, and the backward's slowdown against "
+                                    "(reshard bytes / link rate) / (backward compute), with a fitted line and the "
+                                    "paper's prototype shapes placed on it. The rule is in analysis/reshard.py.")
+    rs.add_argument("bench", nargs="+", metavar="BENCH.json", help="Google Benchmark JSON of bench_resilience")
+    rs.add_argument("--plot", metavar="PNG", help="write the figure (slowdown against the ratio, fitted line) here")
 
     s = sub.add_parser("simulate", help="cluster-scale goodput simulator (the NTP paper's Fig. 6/7)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -181,6 +189,9 @@ def main(argv=None) -> int:
     if args.command == "stragglers":
         from . import stragglers
         return stragglers.main(args)
+    if args.command == "reshard":
+        from . import reshard
+        return reshard.main(args)
     if args.command == "plot":
         from . import plots
         return plots.main(args)

@@ -47,6 +47,7 @@
 
 #include "backend.hpp"
 #include "bench/bench_util.hpp"
+#include "bench/sync_setup.hpp"
 #include "comm.hpp"
 #include "configuration.hpp"
 #include "grad_sync.hpp"
@@ -78,95 +79,6 @@ double sum_over(MPI_Comm comm, double x) {
 // ---------------------------------------------------------------------------------------------
 // NTP gradient sync
 
-
-// One configuration's sync on this rank (or nothing, when this rank is outside it). Construction
-// is collective over the world (communicator splits).
-struct SyncSetup {
-  Configuration cfg;
-  int q = -1, idx = -1;
-  std::unique_ptr<Comm> tp, slot;
-  std::unique_ptr<ParamLayout> layout;
-  std::unique_ptr<Backend> be;
-  PhaseClock clock;
-  Pacer pacer{PacingConfig{}};  // disabled: wall-clock timing
-  std::unique_ptr<GradSync> sync;
-  std::vector<float> grads;
-
-  SyncSetup(Comm& world, const ModelConfig& m, const std::vector<int>& degrees)
-      : cfg(configuration_for_degrees(m, degrees)) {
-    const int me = world.rank();
-    const int need = int(cfg.alive.size());
-    q = me < need ? cfg.replica_of(me) : -1;
-    idx = q >= 0 ? cfg.tp_index_of(me) : -1;
-    tp = world.split(q, idx);
-    slot = world.split(q >= 0 && idx < cfg.n2 ? idx : -1, q);
-    if (q < 0) return;
-    be = make_cpu_backend();
-    layout = std::make_unique<ParamLayout>(m, cfg.replicas[q].layout, idx);
-    sync = std::make_unique<GradSync>(cfg, q, idx, *tp, slot.get(), *layout, *be, clock, pacer);
-    grads.assign(layout->total(), 0.0f);  // zeros: repeated in-place sums stay zero
-  }
-  bool in() const { return q >= 0; }
-  double reshard_s = 0, allreduce_s = 0;  // this rank's phases in the last run()
-  void run() {
-    if (!in()) return;
-    clock.take();
-    sync->sync(grads.data());
-    const auto ph = clock.take();
-    reshard_s = ph[int(Phase::Reshard)], allreduce_s = ph[int(Phase::DpComm)];
-  }
-  // One sync overlapped as in training, after an emulated backward: the device computes each
-  // layer for layer_s while the host sleeps and keeps the exchanges moving (as paced timing
-  // does), and each layer's regroup is posted as its gradients are final. Returns the seconds the
-  // sync adds after the backward ends, on this rank.
-  double run_overlapped(int layers, double layer_s) {
-    if (!in()) return 0;
-    sync->begin(grads.data());
-    for (int l = layers - 1; l >= 0; --l) {
-      emulate_compute(layer_s);
-      sync->layer_gradients_ready(l);
-    }
-    // Nothing emulated after layer 0: the embedding backward is tiny, so the embedding bucket's
-    // regroup has no compute left to hide under.
-    const auto t0 = std::chrono::steady_clock::now();
-    sync->finish();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  void emulate_compute(double s) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(s);
-    while (std::chrono::steady_clock::now() < end) {
-      sync->progress();
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-  double bytes() const { return in() ? sync->bytes_sent() : 0.0; }
-  double arena_bytes() const { return in() ? double(layout->total()) * sizeof(float) : 0.0; }
-
-  // Small integers, exact in float under any summation order: replica q contributes (q + 1) * pat.
-  static float pat(int t, long e) { return float((long(t) * 7 + e) % 13 + 1); }
-  void fill_pattern() {
-    for (int t = 0; t < layout->tensor_count(); ++t) {
-      const auto& s = layout->specs()[t];
-      const auto& sl = layout->slot(t);
-      long k = 0;
-      for (int u : sl.units)
-        for (long e = 0; e < s.unit_elems; ++e, ++k) grads[sl.offset + k] = float(q + 1) * pat(t, long(u) * s.unit_elems + e);
-    }
-  }
-  long long count_wrong() const {
-    const int R = int(cfg.replicas.size());
-    const float f = float(R) * (R + 1) / 2;
-    long long wrong = 0;
-    for (int t = 0; t < layout->tensor_count(); ++t) {
-      const auto& s = layout->specs()[t];
-      const auto& sl = layout->slot(t);
-      long k = 0;
-      for (int u : sl.units)
-        for (long e = 0; e < s.unit_elems; ++e, ++k) wrong += grads[sl.offset + k] != f * pat(t, long(u) * s.unit_elems + e);
-    }
-    return wrong;
-  }
-};
 
 // Ends a benchmark that cannot run here (the same message on every rank, so all skip alike).
 void skip(benchmark::State& st, const std::string& why) {
