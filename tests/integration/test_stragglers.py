@@ -66,12 +66,16 @@ def test_evict_takes_the_straggler_out_until_its_probe_says_it_is_well(tmp_path,
                  "--policy", "ntp", "--kill-mode", kill_mode, "--out", out)
     ev = [(s, k, r) for s, k, r, _ in event_rows(out, ("straggler", "straggler_end", "evict", "rejoin"))]
     # Named after 3 slow steps (5-7), out from step 8; the probe reads 1x from step 15, so the end
-    # is named at 17 and it rejoins at 18.
-    assert ev == [(7, "straggler", 2), (8, "evict", 2), (17, "straggler_end", 2), (18, "rejoin", 2)], ev
+    # is named at 17 at the earliest and it rejoins the step after. The probe is a timed matrix
+    # product on the evicted rank: on 2 busy cores it can still read slow for a few steps after the
+    # rank is well (a clean CI run named the end at 20), so the end may come late, never early.
+    end = next((s for s, k, _ in ev if k == "straggler_end"), None)
+    assert end is not None and 17 <= end <= 21, ev
+    assert ev == [(7, "straggler", 2), (8, "evict", 2), (end, "straggler_end", 2), (end + 1, "rejoin", 2)], ev
     tp, batch, share = replicas(out), replicas(out, "batch"), compute_share(out)
-    assert (tp[7:17] == [3, 4]).all() and (batch[7:17] == [3, 4]).all(), (tp, batch)  # steps 8-17
-    assert (tp[:7] == [4, 4]).all() and (tp[17:] == [4, 4]).all(), tp
-    assert (share[7:17, 2] == 0).all() and np.allclose(share[7:17, [0, 1, 3]].sum(axis=1), 1, atol=1e-5), share
+    assert (tp[7:end] == [3, 4]).all() and (batch[7:end] == [3, 4]).all(), (tp, batch)  # steps 8-end
+    assert (tp[:7] == [4, 4]).all() and (tp[end:] == [4, 4]).all(), tp
+    assert (share[7:end, 2] == 0).all() and np.allclose(share[7:end, [0, 1, 3]].sum(axis=1), 1, atol=1e-5), share
     assert "rank 2: evict" in p.stdout, p.stdout[-2000:]
     replay(out)
 
