@@ -95,8 +95,6 @@ class Pacer {
   // past the emulated end, the link was slower than emulated: an overrun.
   void wait(const LinkTicket& t, PaceClock::time_point began);
   PaceClock::time_point now() const { return clock_->now(); }
-  // When the physical link `physical` (Link::Tp: scale-up, Link::Dp: scale-out) is next free.
-  PaceClock::time_point link_free(Link physical) const { return link_free_[static_cast<int>(physical)]; }
   // Called every few hundred microseconds while the pacer sleeps: the emulated device computes,
   // and the host keeps the exchanges in flight moving (MPI progresses only inside MPI calls).
   void set_background(std::function<void()> f) { background_ = std::move(f); }
