@@ -142,7 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--recovery-seconds", type=float, default=60.0,
                    help="whole-job stall per failure (detect + reconfigure), trace goodput")
     g.add_argument("--heal-seconds", type=float, default=5.0,
-                   help="whole-job stall per repair (re-admit and heal; TorchFT: 12 GB in 4-5 s)")
+                   help="whole-job stall per repair (re-admit and heal; TorchFT: 12 GB in 4-5 s); with "
+                        "--calibrate, replaced by the simulated model's shard bytes over the calibrated heal rate")
+    g.add_argument("--model-params", type=float, default=480e9,
+                   help="parameters of the simulated model (the paper's 480B), for the heal's bytes")
+    g.add_argument("--bytes-per-param", type=float, default=16.0,
+                   help="training state per parameter a heal moves: bf16 weights and gradients, fp32 master "
+                        "weights and two AdamW moments")
+    g.add_argument("--heal-link-gbps", type=float, default=50.0,
+                   help="scale-out bandwidth per GPU a heal crosses, GB/s (one 400 Gb/s NIC per GPU, as on a "
+                        "DGX B200)")
     g.add_argument("--step-seconds", type=float, default=10.0,
                    help="cluster step time; with --calibrate, measured costs in step times are scaled by it")
     g.add_argument("--calibrate", nargs="+", metavar="RUN.h5",

@@ -73,9 +73,7 @@ before t = 0 so the window [0, `--days`) is stationary; the state is sampled eve
   (throughput = the pool's rate, sum of M' / (N M) over its step time). Per-GPU throughput =
   time-mean throughput x D/(D+S), relative to a failure-free job without spares.
   Trace: fraction of time more than 0.1% of GPUs are down, mean availability per policy, and
-  goodput = availability x (1 - stall fraction), where every failure stalls the whole job for
-  `--recovery-seconds` (detect + reconfigure) and every repair for `--heal-seconds` (re-admit and
-  heal the returning GPU's domain from a peer).
+  goodput = availability x (1 - stall fraction) (Recovery costs, below).
 
 Stragglers (`--what stragglers`). Each GPU starts slow episodes as a Poisson process of
 `--slow-per-gpu-day` (an assumption: the paper gives no rate), each `--slow-hours` long at
@@ -86,12 +84,27 @@ if its slow GPUs had failed, under ntp or dp-drop (speeds above); rebalance at (
 rounding to whole heads left out). Replicas, packing and the lock-step throughput are as for
 failures; the table gives the time-mean throughput per policy.
 
+Recovery costs. Every failure stalls the whole job for `--recovery-seconds` (detect + reconfigure)
+and every repair for `--heal-seconds` (re-admit and heal the returning GPUs from a peer). The trace
+gives goodput = availability x (1 - stall fraction) from its own failures and repairs; Fig. 7 counts
+those among the pool's J + S domains in each history (a failure on an idle spare domain is counted
+too: an upper bound); Fig. 6, which has no time, holds its failed fraction f in steady state: with
+the failure model's mean repair R (`--hw-repair-days`, `--sw-repair-hours`, `--hw-fraction`), f G / R
+failures and as many repairs per second (Little's law). Each table shows its figures with and
+without the stall; the stall is the same for every policy (one event, one repair of the job).
+
 Calibration. `--calibrate RUN.h5 ...` reads measured runs (schema 1): the healthy step time, tokens
 per step per rank, recovery seconds per failure (every detect and reconfigure event, the
-re-admitting reconfiguration included, over the kills) and heal seconds per revival. Costs are transferred to the cluster as multiples of the healthy step time
-(recovery_seconds = measured recovery / measured step time x `--step-seconds`), since a CPU run's
-absolute seconds say nothing about a 32K-GPU step; the per-GPU tokens/s of the run is printed
-beside the Fig. 7 fractions.
+re-admitting reconfiguration included, over the kills) and every heal that moved bytes (its bytes /
+seconds, over the memory copy the run measured at its start, root attribute `memcpy_gbps`).
+Recovery is transferred to the cluster as a multiple of the healthy step time (recovery_seconds =
+measured recovery / measured step time x `--step-seconds`), since a CPU run's absolute seconds say
+nothing about a 32K-GPU step. The heal is scaled by bytes: one GPU's share of the simulated model
+(`--model-params` x `--bytes-per-param` / GPUs per replica; 480e9 x 16 B / 256 = 30 GB by default)
+over `--heal-link-gbps` (50 GB/s per GPU) at the share of the memory copy the measured heals
+reached. A small calibration model's heals are partly latency, so that share, and the heal time, is
+conservative (an upper bound). The per-GPU tokens/s of the run is printed beside the Fig. 7
+fractions.
 
 Check against runs. `--check-pp RUN.h5 ...` reads paced ntpbench runs and prints, per distinct set
 of replica TP degrees in their damaged steps, the measured damaged/healthy tokens per second (medians,
@@ -304,6 +317,48 @@ def fixed_batch_throughput(v: np.ndarray, policy: str, stages: int, p: Params, r
 
 
 # ---------------------------------------------------------------------------------------------
+# Recovery costs: whole-job stalls per failure and per repair
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Costs:
+    """Whole-job stalls: `recovery` seconds per failure (detect + reconfigure), `heal` per repair (the
+    returning GPUs' shards healed from a peer)."""
+    recovery: float = 60.0
+    heal: float = 5.0
+
+
+def heal_bytes_per_gpu(cl: Cluster, model_params: float, bytes_per_param: float) -> float:
+    """One GPU's share of a replica's training state: what a returning (or spare) GPU receives."""
+    return model_params * bytes_per_param / cl.gpus_per_replica
+
+
+def calibrated_heal_seconds(cal: dict, shard_bytes: float, link_gbps: float) -> float | None:
+    """The simulated shard over the simulated link at the efficiency the measured heals reached (their
+    rate over the memory copy of their host); None without a measured heal. Small shards' heals are
+    partly latency, so a small calibration model gives an upper bound on the heal's time."""
+    eff = cal.get("heal_of_memcpy")
+    return None if not eff else shard_bytes / (eff * link_gbps * 1e9)
+
+
+def mean_repair_seconds(fm: FailureModel) -> float:
+    return (fm.hw_fraction * fm.hw_repair_days * DAY + (1 - fm.hw_fraction) * fm.sw_repair_hours * 3600)
+
+
+def stall_at_failed_fraction(f: float, cl: Cluster, fm: FailureModel, costs: Costs) -> float:
+    """Fig. 6 with costs: a failed fraction f held in steady state with the failure model's mean repair
+    time R is f G / R failures (and as many repairs) per second (Little's law); each stalls the job."""
+    return min(1.0, f * cl.gpus / mean_repair_seconds(fm) * (costs.recovery + costs.heal))
+
+
+def add_fig6_costs(df: pd.DataFrame, cl: Cluster, fm: FailureModel, costs: Costs) -> pd.DataFrame:
+    df = df.copy()
+    df["stall_fraction"] = [stall_at_failed_fraction(f, cl, fm, costs) for f in df["failed_fraction"]]
+    df["loss_with_costs"] = 1 - df["availability"] * (1 - df["stall_fraction"])
+    return df
+
+
+# ---------------------------------------------------------------------------------------------
 # Fig. 6: failures placed uniformly at random at one instant
 # ---------------------------------------------------------------------------------------------
 
@@ -352,6 +407,8 @@ class Trace:
     counts: np.ndarray         # [Ts, D] failed GPUs per domain (int16)
     failures: int              # failures starting in [0, days)
     repairs: int               # repairs completing in [0, days)
+    failed_gpus: np.ndarray    # the GPU of each of those failures
+    repaired_gpus: np.ndarray  # the GPU of each of those repairs
 
 
 def failure_trace(gpus: int, domain_size: int, fm: FailureModel, days: float, sample_hours: float,
@@ -373,12 +430,15 @@ def failure_trace(gpus: int, domain_size: int, fm: FailureModel, days: float, sa
     key = np.unique(ti.astype(np.int64) * gpus + gpu[ei])          # a GPU down twice counts once
     ti, g = key // gpus, key % gpus
     counts = np.bincount(ti * D + g // domain_size, minlength=Ts * D).reshape(Ts, D).astype(np.int16)
-    return Trace(t, counts, int(((start >= 0) & (start < days)).sum()), int(((end >= 0) & (end < days)).sum()))
+    began, ended = (start >= 0) & (start < days), (end >= 0) & (end < days)
+    return Trace(t, counts, int(began.sum()), int(ended.sum()), gpu[began], gpu[ended])
 
 
 def spares_sweep(cl: Cluster, spares, fm: FailureModel, policies=POLICIES, params: Params = Params(),
-                 days: float = 30, sample_hours: float = 1.0, trials: int = 4, seed: int = 2) -> pd.DataFrame:
-    """Fig. 7: per-GPU throughput against spare domains with a fixed mini-batch."""
+                 days: float = 30, sample_hours: float = 1.0, trials: int = 4, seed: int = 2,
+                 costs: Costs = Costs()) -> pd.DataFrame:
+    """Fig. 7: per-GPU throughput against spare domains with a fixed mini-batch; with costs, every
+    failure and every repair among the pool's J + S domains also stalls the job (`costs`)."""
     rng = np.random.default_rng(seed)
     spares = sorted(set(int(s) for s in spares))
     J, R, N = cl.domains, cl.domains_per_replica, cl.replicas
@@ -388,22 +448,31 @@ def spares_sweep(cl: Cluster, spares, fm: FailureModel, policies=POLICIES, param
         tr = failure_trace(cl.gpus + Smax * cl.domain_size, cl.domain_size, fm, days, sample_hours, rng)
         for S in spares:
             c = tr.counts[:, : J + S]
+            pool = (J + S) * cl.domain_size
+            stall = min(1.0, (int((tr.failed_gpus < pool).sum()) * costs.recovery
+                              + int((tr.repaired_gpus < pool).sum()) * costs.heal) / (days * DAY))
             srt = np.sort(c, axis=-1, kind="stable") if params.placement == "packed" else None
             for pol in policies:
                 lut = speed_table(cl.domain_size, pol, params)
                 v = replica_speeds(c, R, lut, params.placement, job_domains=J, sorted_counts=srt)
                 short, slow, pause = fixed_batch_throughput(v, pol, R, params, N)
-                a = acc.setdefault((S, pol), {"slow": [], "pause": [], "short": []})
+                a = acc.setdefault((S, pol), {"slow": [], "pause": [], "short": [], "stall": []})
                 a["slow"].append(slow.mean())
                 a["pause"].append(pause.mean())
                 a["short"].append(short.mean())
+                a["stall"].append(stall)
     rows = []
     for (S, pol), a in sorted(acc.items(), key=lambda kv: (POLICIES.index(kv[0][1]) if kv[0][1] in POLICIES else 9, kv[0][0])):
         share = J / (J + S)
         slow, pause, short = float(np.mean(a["slow"])), float(np.mean(a["pause"])), float(np.mean(a["short"]))
+        # Per trial, so that a history's stall meets its own throughput.
+        slow_c = float(np.mean([x * (1 - st) for x, st in zip(a["slow"], a["stall"])]))
+        pause_c = float(np.mean([x * (1 - st) for x, st in zip(a["pause"], a["stall"])]))
         rows.append(dict(policy=pol, spare_domains=S, spare_gpus=S * cl.domain_size,
                          short_time_fraction=short,
                          per_gpu_pause=pause * share, per_gpu_slow=slow * share,
+                         stall_fraction=float(np.mean(a["stall"])),
+                         per_gpu_pause_costs=pause_c * share, per_gpu_slow_costs=slow_c * share,
                          placement=params.placement, hw_repair_days=fm.hw_repair_days))
     return pd.DataFrame(rows)
 
@@ -587,12 +656,24 @@ def calibrate(paths) -> dict:
     from . import metrics
     from .runfile import load_run
     steps, tput_rank, rec_ratio, heal_ratio = [], [], [], []
+    heal_gbps, heal_of_memcpy, heal_bytes = [], [], []
     for p in paths:
         run = load_run(p)
         m = metrics.recompute(run)
         h = m["healthy_throughput_tokens_per_s"]
         if not np.isfinite(h):
             continue
+        # Every heal that moved bytes: its rate, and that rate over the memory copy measured at the
+        # run's start (the physical limit of moving a shard on that host).
+        ev = run.events
+        if len(ev):
+            heals = ev[(ev["kind"].astype(str) == "heal") & (ev["bytes"] > 0) & (ev["duration"] > 0)]
+            memcpy = float(run.attrs.get("memcpy_gbps", math.nan))
+            for b, d in zip(heals["bytes"].to_numpy(dtype=float), heals["duration"].to_numpy(dtype=float)):
+                heal_gbps.append(b / d / 1e9)
+                heal_bytes.append(b)
+                if memcpy > 0:
+                    heal_of_memcpy.append(b / d / 1e9 / memcpy)
         tok = run.steps["tokens"].to_numpy(dtype=float)
         healthy = (run.replicas["state"] == 0).all(axis=1)
         step_s = float(np.median(run.step_seconds()[healthy]))
@@ -608,7 +689,10 @@ def calibrate(paths) -> dict:
     return dict(runs=len(steps), healthy_step_seconds=float(np.median(steps)),
                 tokens_per_s_per_rank=float(np.median(tput_rank)),
                 recovery_steps_per_failure=float(np.median(rec_ratio)) if rec_ratio else None,
-                heal_steps_per_revival=float(np.median(heal_ratio)) if heal_ratio else None)
+                heal_steps_per_revival=float(np.median(heal_ratio)) if heal_ratio else None,
+                heals=len(heal_gbps), heal_bytes=float(np.median(heal_bytes)) if heal_bytes else None,
+                heal_gbps=float(np.median(heal_gbps)) if heal_gbps else None,
+                heal_of_memcpy=float(np.median(heal_of_memcpy)) if heal_of_memcpy else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -796,6 +880,19 @@ def fig6_table(df: pd.DataFrame) -> str:
     return _table(out, cols)
 
 
+def fig6_costs_table(df: pd.DataFrame) -> str:
+    """Fig. 6 with recovery costs (add_fig6_costs): the stall and each policy's loss with and without it."""
+    piv = df.pivot_table(index=["failed_fraction", "failed_gpus"], columns="policy", values="loss", sort=False)
+    with_c = df.pivot_table(index=["failed_fraction", "failed_gpus"], columns="policy", values="loss_with_costs",
+                            sort=False)
+    stall = df.groupby(["failed_fraction", "failed_gpus"], sort=False)["stall_fraction"].first()
+    out = pd.concat([stall, piv.add_prefix("loss "), with_c.add_prefix("costs ")], axis=1).reset_index()
+    cols = [("failed_fraction", "failed frac", "{:.4f}"), ("stall_fraction", "stall", "{:.2%}")]
+    cols += [(f"loss {p}", f"loss {p}", "{:.2%}") for p in piv.columns]
+    cols += [(f"costs {p}", f"with costs {p}", "{:.2%}") for p in with_c.columns]
+    return _table(out, cols)
+
+
 def gating_example(cl: Cluster, policy: str, params: Params) -> dict | None:
     """The fewest failed GPUs k in one domain whose replica, under `policy`, takes longer than a healthy
     step (and so slows the whole job): k, the speed v, the micro-batches kept, the step ratio and what
@@ -850,6 +947,9 @@ def fig7_table(df: pd.DataFrame, tokens_per_gpu: float | None = None) -> str:
     cols = [("policy", "policy", "{}"), ("spare_domains", "spare domains", "{:d}"),
             ("short_time_fraction", "time short", "{:.2%}"), ("per_gpu_pause", "per-GPU (pause)", "{:.4f}"),
             ("per_gpu_slow", "per-GPU (slow)", "{:.4f}")]
+    if "stall_fraction" in df:
+        cols += [("stall_fraction", "stall", "{:.2%}"), ("per_gpu_pause_costs", "with costs (pause)", "{:.4f}"),
+                 ("per_gpu_slow_costs", "with costs (slow)", "{:.4f}")]
     df = df.copy()
     if tokens_per_gpu:
         df["tok"] = df["per_gpu_slow"] * tokens_per_gpu
@@ -957,10 +1057,19 @@ def main(args) -> int:
             print(f"  {k}: {v if v is None else (f'{v:.6g}' if isinstance(v, float) else v)}")
         if cal["recovery_steps_per_failure"] is not None:
             recovery_s = cal["recovery_steps_per_failure"] * args.step_seconds
-        if cal["heal_steps_per_revival"] is not None:
+        shard = heal_bytes_per_gpu(cl, args.model_params, args.bytes_per_param)
+        by_bytes = calibrated_heal_seconds(cal, shard, args.heal_link_gbps)
+        if by_bytes is not None:
+            heal_s = by_bytes
+            print(f"  -> heal: {shard / 1e9:.3g} GB per GPU ({args.model_params:.3g} parameters x "
+                  f"{args.bytes_per_param:g} B / {cl.gpus_per_replica} GPUs per replica) at {cal['heal_of_memcpy']:.3g} "
+                  f"(the measured heals' share of their host's memory copy, at {cal['heal_bytes'] / 1e6:.3g} MB each) x "
+                  f"{args.heal_link_gbps:g} GB/s per GPU = {heal_s:.3g} s per repair")
+        elif cal["heal_steps_per_revival"] is not None:
             heal_s = cal["heal_steps_per_revival"] * args.step_seconds
         print(f"  -> cluster costs at --step-seconds {args.step_seconds:g}: recovery {recovery_s:.3g} s per failure, "
               f"heal {heal_s:.3g} s per repair\n")
+    costs = Costs(recovery_s, heal_s)
     print(f"cluster: {cl.gpus} GPUs, {cl.domains} domains of {cl.domain_size}, {cl.domains_per_replica} domains "
           f"per replica, {cl.replicas} replicas; placement {params.placement}; boost {params.boost:g}; "
           f"domains with live < {args.min_tp_fraction:g} x {cl.domain_size} dropped")
@@ -974,19 +1083,25 @@ def main(args) -> int:
     if "fig6" in what:
         fr = np.linspace(0, args.max_failed_fraction, args.points + 1)[1:]
         df6 = sweep_failed_fraction(cl, fr, args.policies, params, args.trials, args.seed)
-        frames["fig6"] = df6
         print(f"Fig. 6 — throughput loss vs failed fraction ({args.trials} placements each):")
         print(fig6_table(df6), "\n")
+        df6 = add_fig6_costs(df6, cl, fm, costs)
+        frames["fig6"] = df6
+        print(f"Fig. 6 with recovery costs: {costs.recovery:.3g} s per failure + {costs.heal:.3g} s per repair stall "
+              f"the job; a failed fraction f held with a mean repair of {mean_repair_seconds(fm) / 3600:.3g} h "
+              f"(--hw-repair-days {fm.hw_repair_days:g}) is f x {cl.gpus} / that failures per second:")
+        print(fig6_costs_table(df6), "\n")
         surprise = fig6_surprise(df6, cl, params)
         if surprise:
             print("\n".join(textwrap.fill(n, 110, break_on_hyphens=False) for n in surprise.split("\n")), "\n")
     if "fig7" in what:
         fm7 = replace(fm, hw_repair_days=args.fig7_hw_repair_days, rate_multiplier=args.rate_multiplier[0])
         df7 = spares_sweep(cl, args.spares, fm7, args.policies, params, args.days, args.sample_hours,
-                           args.time_trials, args.seed + 1)
+                           args.time_trials, args.seed + 1, costs)
         frames["fig7"] = df7
         print(f"Fig. 7 — fixed mini-batch with spare domains, {fm7.hw_repair_days:g}-day hardware repair, "
-              f"{args.days:g} days x {args.time_trials} trials:")
+              f"{args.days:g} days x {args.time_trials} trials; with costs: {costs.recovery:.3g} s per failure + "
+              f"{costs.heal:.3g} s per repair in the pool stall the job:")
         print(fig7_table(df7, tok_gpu))
         need = spares_needed(df7)
         print("spares to never be short:", ", ".join(f"{p} {('>' + str(max(args.spares))) if v is None else v}"

@@ -38,6 +38,9 @@ def _extendible(f, name, data):
     return f.create_dataset(name, data=data, maxshape=maxshape, chunks=chunks)
 
 
+MEMCPY_GBPS = 5.0  # the host memory copy a run measures at its start (root attribute memcpy_gbps)
+
+
 def write_run(path, *, policy="ntp", tp=2, dp=2, steps=12, kill_step=None, kill_rank=1, revive_step=None,
               checkpoint_every=3, summary=True, corrupt=None, seed=0, timing="paced", overrun_steps=()):
     """Write a synthetic run; returns the summary dict written (or that would have been)."""
@@ -164,6 +167,7 @@ def write_run(path, *, policy="ntp", tp=2, dp=2, steps=12, kill_step=None, kill_
         for k, v in {"ranks": ranks, "tp": tp, "replicas": dp, "tokens_per_sample": T, "threads_per_rank": 1}.items():
             f.attrs[k] = np.int64(v)
         f.attrs["peak_gflops_per_rank"] = np.float64(PEAK)
+        f.attrs["memcpy_gbps"] = np.float64(MEMCPY_GBPS)
         _extendible(f, "steps", steps_arr)
         g = f.create_group("replicas")
         _extendible(g, "tp_degree", np.array(tp_rows, dtype="<i4"))

@@ -124,6 +124,57 @@ def test_calibrate_from_synthetic_runs(runs):
     assert cal["heal_steps_per_revival"] == pytest.approx(0.4, rel=0.2)       # 0.04 s / 0.1 s
 
 
+def test_calibrated_heal_scales_with_the_simulated_shard(runs):
+    """Each synthetic revival heals 2.5 MB in 40 ms (0.0625 GB/s) on a host whose memory copy runs at
+    5 GB/s: 1.25% of it. The simulated heal moves one GPU's share of the model at that share of the link."""
+    cal = sim.calibrate([runs["dpdrop"], runs["ntp"]])
+    assert cal["heals"] == 2 and cal["heal_bytes"] == 2.5e6
+    assert cal["heal_gbps"] == pytest.approx(0.0625)
+    assert cal["heal_of_memcpy"] == pytest.approx(0.0625 / 5.0)
+    cl = sim.Cluster(32000, 32, 256)
+    shard = sim.heal_bytes_per_gpu(cl, 480e9, 16)
+    assert shard == pytest.approx(30e9)                                      # 480e9 x 16 B / 256 GPUs
+    assert sim.calibrated_heal_seconds(cal, shard, 50) == pytest.approx(30e9 / (0.0125 * 50e9))   # 48 s
+    # Twice the model, twice the heal; a faster link, a shorter one: bytes, not a flat time.
+    assert sim.calibrated_heal_seconds(cal, 2 * shard, 50) == pytest.approx(2 * 48)
+    assert sim.calibrated_heal_seconds(cal, shard, 100) == pytest.approx(24)
+    assert sim.calibrated_heal_seconds(dict(cal, heal_of_memcpy=None), shard, 50) is None
+
+
+def test_fig6_costs_follow_littles_law():
+    """f G GPUs down with mean repair R: f G / R failures (and repairs) per second, each stalling the job."""
+    cl = sim.Cluster(32000, 32, 256)
+    fm = sim.FailureModel(hw_fraction=1.0, hw_repair_days=2.0)              # every repair 2 days
+    costs = sim.Costs(recovery=30.0, heal=10.0)
+    f = 2e-3                                                                 # 64 GPUs down
+    assert sim.stall_at_failed_fraction(f, cl, fm, costs) == pytest.approx(64 / (2 * 86400) * 40)
+    df = sim.add_fig6_costs(sim.sweep_failed_fraction(cl, [f], ["ntp"], sim.Params(), trials=5, seed=1), cl, fm, costs)
+    r = df.iloc[0]
+    assert r.loss_with_costs == pytest.approx(1 - r.availability * (1 - r.stall_fraction))
+    assert sim.add_fig6_costs(df, cl, fm, sim.Costs(0, 0)).iloc[0].loss_with_costs == pytest.approx(r.loss)
+
+
+def test_fig7_costs_count_the_pools_failures():
+    """Per trial, the pool's failures x recovery + repairs x heal over the window; a larger pool sees more."""
+    cl = sim.Cluster(4096, 32, 256)
+    fm = sim.FailureModel(hw_repair_days=5.0, rate_multiplier=20)
+    days = 6
+    free = sim.spares_sweep(cl, [0, 64], fm, ["ntp"], sim.Params(), days=days, sample_hours=6, trials=1, seed=4,
+                            costs=sim.Costs(0, 0)).set_index("spare_domains")
+    df = sim.spares_sweep(cl, [0, 64], fm, ["ntp"], sim.Params(), days=days, sample_hours=6, trials=1, seed=4,
+                          costs=sim.Costs(100, 50)).set_index("spare_domains")
+    assert (free["stall_fraction"] == 0).all() and (free["per_gpu_slow_costs"] == free["per_gpu_slow"]).all()
+    # The same history (same seed): the costs change the stall alone.
+    assert (df["per_gpu_slow"] == free["per_gpu_slow"]).all()
+    tr = sim.failure_trace(cl.gpus + 64 * cl.domain_size, cl.domain_size, fm, days, 6, np.random.default_rng(4))
+    for S in (0, 64):
+        pool = (cl.domains + S) * cl.domain_size
+        want = ((tr.failed_gpus < pool).sum() * 100 + (tr.repaired_gpus < pool).sum() * 50) / (days * 86400)
+        assert df.loc[S, "stall_fraction"] == pytest.approx(want)
+        assert df.loc[S, "per_gpu_slow_costs"] == pytest.approx(df.loc[S, "per_gpu_slow"] * (1 - want))
+    assert df.loc[64, "stall_fraction"] > df.loc[0, "stall_fraction"] > 0
+
+
 def test_simulate_cli_smoke(tmp_path, capsys, runs):
     from analysis.__main__ import main as cli
     rc = cli(["simulate", "--gpus", "4096", "--domain-size", "8", "--gpus-per-replica", "64", "--trials", "5",
@@ -132,6 +183,10 @@ def test_simulate_cli_smoke(tmp_path, capsys, runs):
     out = capsys.readouterr().out
     assert rc == 0
     assert "Fig. 6" in out and "Fig. 7" in out and "Trace" in out and "calibration" in out
+    assert "Fig. 6 with recovery costs" in out and "with costs (slow)" in out
+    # The heal is the simulated model's shard (480e9 x 16 B / 64 GPUs per replica = 120 GB) at the heals'
+    # share of the memory copy (1.25%) of 50 GB/s: 192 s.
+    assert "heal 192 s per repair" in out, out
     for f in ("fig6.csv", "fig7.csv", "trace.csv", "fig6_throughput_loss.png", "fig7_spares.png", "trace.png"):
         assert (tmp_path / f).stat().st_size > 100, f
 
