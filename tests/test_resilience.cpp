@@ -415,5 +415,35 @@ TEST(Schedule, AnUnscheduledDeathComesBackAfterTheGeneratorsRepairTime) {
   EXPECT_FALSE(explicit_only.revival_after(0));
 }
 
+// A kill `at: repair` strikes in the repair of another kill of its step: one is needed, and the
+// generator's `at: any` never draws it; a hang cannot be placed there.
+TEST(Schedule, AKillInARepairNeedsAnotherKillInItsStep) {
+  const Schedule s = Schedule::parse("events:\n  - {step: 3, kill: [3], at: backward}\n  - {step: 3, kill: [1, 2], at: repair}\n",
+                                     "cascade.yaml", 4, 10);
+  EXPECT_EQ(s.at(3).kill, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(s.at(3).kill_at, (std::vector<KillAt>{KillAt::Repair, KillAt::Repair, KillAt::Backward}));
+  EXPECT_STREQ(kill_at_name(KillAt::Repair), "repair");
+  for (const std::string bad : {"events:\n  - {step: 3, kill: [2], at: repair}\n",
+                                "events:\n  - {step: 3, kill: [2], at: repair}\n  - {step: 4, kill: [1]}\n",
+                                "events:\n  - {step: 3, kill: [3]}\n  - {step: 3, hang: [2], at: repair}\n",
+                                "random: {mtbf_steps: 20, repair_steps: 5, seed: 3, at: repair}\n"}) {
+    try {
+      Schedule::parse(bad, "bad.yaml", 4, 10);
+      ADD_FAILURE() << "accepted:\n" << bad;
+    } catch (const ScheduleError& e) {
+      EXPECT_NE(std::string(e.what()).find("repair"), std::string::npos) << e.what();
+    }
+  }
+  // The generator's kills strike in their step's phases only.
+  const Schedule gen = Schedule::parse("random: {mtbf_steps: 5, repair_steps: 2, seed: 9, at: any}\n", "any.yaml", 8, 200);
+  int kills = 0;
+  for (const auto& [step, e] : gen.events())
+    for (KillAt a : e.kill_at) {
+      EXPECT_NE(a, KillAt::Repair) << "step " << step;
+      ++kills;
+    }
+  EXPECT_GT(kills, 50);
+}
+
 }  // namespace
 }  // namespace ntp::test

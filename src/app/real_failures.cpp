@@ -3,6 +3,7 @@
 // recorder moving to the next live rank.
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -250,10 +251,20 @@ void TrainingRun::take_over_recorder(const std::vector<int>& lost) {
 // Signal mode: a peer died (or a survivor revoked the group). Every survivor takes the same path:
 // an agreement vote for the attempt (unless the failure came from that vote), shrink to the live
 // ranks, and the policy's reconfiguration over them. Returns the seconds it took.
+//
+// A failure during the repair starts it again over what is left. A pass that fails after its
+// shrink has already adopted its deaths, so the next pass's membership no longer holds them: the
+// ranks lost, the spares lost and the unscheduled deaths' revivals are kept across passes until
+// the results record them, each once.
 double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
   double t_notice = now();
   double total = 0;
   bool voted = dynamic_cast<const CommitRefused*>(&e) != nullptr;
+  const std::vector<int> at_start = members_;
+  std::vector<int> recorded;                        // ranks whose deaths the results hold already
+  std::vector<int> spares_lost;                     // spare keys, not yet recorded
+  std::vector<std::pair<int, int>> repairs;         // (rank, step of its revival), not yet recorded
+  std::map<int, HangTimes> settled;                 // what this host's hang watch said, per rank
   for (;;) {
     progress(s, "the repair after a failure: revoke, agree, shrink, reconfigure");
     PhaseScope phase(trainer_->clock(), Phase::Recovery);  // the repair's calls too, not only the reconfiguration
@@ -265,15 +276,17 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       voted = false;
       const std::vector<int> before = members_;
       adopt(group_->shrink());
-      const std::vector<int> spares_lost = spares_ ? spares_->repair() : std::vector<int>{};
-      const std::vector<std::pair<int, int>> repairs = repair_unscheduled(s, before);
+      if (doom_ == KillAt::Repair) die();  // a schedule's failure during this repair (at: repair)
+      if (spares_)
+        for (int key : spares_->repair()) spares_lost.push_back(key);
+      for (const auto& added : repair_unscheduled(s, before)) repairs.push_back(added);
       if (!alive_[recorder_]) recorder_ = members_.front();
       double times[3] = {t_notice, -t_notice, now() - t0};  // last notice, first notice, repair
       group_->allreduce_max(times, 3);
       std::vector<int> lost;
-      for (int r : before)
-        if (!alive_[r]) lost.push_back(r);
-      const std::vector<HangTimes> hung = settle_hung(lost);
+      for (int r : at_start)
+        if (!alive_[r] && std::find(recorded.begin(), recorded.end(), r) == recorded.end()) lost.push_back(r);
+      const std::vector<HangTimes> hung = settle_hung(lost, settled);
       if (root()) {  // before the reconfiguration, so that a missing row shows the step as it ran
         if (!record_) take_over_recorder(lost);
         record_->write_missing_row(finished_, group_->size());  // the previous step's, if a failure kept it out
@@ -296,6 +309,9 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
         for (int key : spares_lost) gone.push_back({spares_->spare_number(key), spares_->host_of_spare(key), -1});
         record_->record_spares_lost(s, -times[1], gone);
       }
+      recorded.insert(recorded.end(), lost.begin(), lost.end());
+      spares_lost.clear();
+      repairs.clear();
       take_over(s, lost);
       total += (now() - t_notice);
       return total;
@@ -309,14 +325,21 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
 
 // A rank MPI reported failed may have been hung, not dead: the survivors of its host know
 // (HangWatch::settle); the group agrees on when it froze and when it was declared hung.
-std::vector<HangTimes> TrainingRun::settle_hung(const std::vector<int>& lost) {
+std::vector<HangTimes> TrainingRun::settle_hung(const std::vector<int>& lost, std::map<int, HangTimes>& settled) {
   std::vector<double> t(2 * lost.size(), -1);
-  if (hang_watch_)
-    for (std::size_t i = 0; i < lost.size(); ++i)
-      if (const auto h = hang_watch_->settle(lost[i])) {
-        const double at = now();
-        t[2 * i] = at - h->froze_ago, t[2 * i + 1] = at - h->declared_ago;
-      }
+  for (std::size_t i = 0; i < lost.size(); ++i) {
+    auto it = settled.find(lost[i]);
+    if (it == settled.end()) {
+      HangTimes mine;
+      if (hang_watch_)
+        if (const auto h = hang_watch_->settle(lost[i])) {
+          const double at = now();
+          mine = {at - h->froze_ago, at - h->declared_ago};
+        }
+      it = settled.emplace(lost[i], mine).first;
+    }
+    t[2 * i] = it->second.froze, t[2 * i + 1] = it->second.declared;
+  }
   if (!lost.empty()) group_->allreduce_max(t.data(), static_cast<int>(t.size()));
   std::vector<HangTimes> out;
   for (std::size_t i = 0; i < lost.size(); ++i) out.push_back({t[2 * i], t[2 * i + 1]});

@@ -92,7 +92,7 @@ void TrainingRun::hook_into_steps() {
   if (signal()) hang_watch_ = std::make_unique<HangWatch>(hang_job_key(o_.out), me_, o_.failure_timeout);
   trainer_->set_step_hook([this](StepPoint p) {
     progress(step_, step_point_name(p));
-    if (doom_ && *doom_ != KillAt::Start && step_point(*doom_) == p) die();
+    if (doom_ && *doom_ != KillAt::Start && *doom_ != KillAt::Repair && step_point(*doom_) == p) die();
   });
 }
 

@@ -5,6 +5,7 @@
 // replacements, the recorder moving); what the recorder's rank writes and prints is RunRecord's
 // (run_record.hpp), which this hands the gathered figures.
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -150,8 +151,9 @@ class TrainingRun {
   double recover(int s, const PeerFailure& e, double t_attempt);
   // After a repair, which of `lost` were hung (hang_watch.hpp): for each, the run times at which it
   // froze (its last heartbeat) and was declared hung, or -1 where it died (or no survivor shared
-  // its host). Collective: the group agrees.
-  std::vector<HangTimes> settle_hung(const std::vector<int>& lost);
+  // its host). Collective: the group agrees. `settled` keeps what this host's watch said of each
+  // rank (a watch says it once) for a repair's later passes.
+  std::vector<HangTimes> settle_hung(const std::vector<int>& lost, std::map<int, HangTimes>& settled);
   [[noreturn]] void die();
   std::vector<std::pair<int, int>> repair_unscheduled(int s, const std::vector<int>& before);
   double revive(int s, const std::vector<int>& ranks);

@@ -83,16 +83,18 @@ struct RawEvent {
   bool hang = false;  // a `hang:` entry: a kill whose process stops instead of dying
 };
 
-constexpr const char* kPhases[] = {"start", "forward", "backward", "sync", "optimizer"};
+constexpr const char* kPhases[] = {"start", "forward", "backward", "sync", "optimizer", "repair"};
+constexpr int kStepPhases = 5;  // the phases of a step; "repair" strikes in another failure's repair
 
-// An `at:` value: one of kPhases (or, where any_ok, "any": drawn per kill, returned as -1).
+// An `at:` value: one of kPhases (or, where any_ok, "any": one of the step's phases, drawn per kill,
+// returned as -1; the generator's kills do not strike in repairs).
 int read_phase(const Ctx& c, const YAML::Node& n, bool any_ok) {
   const std::string s = n.IsScalar() ? n.Scalar() : "";
-  for (int k = 0; k < 5; ++k)
+  for (int k = 0; k < (any_ok ? kStepPhases : kStepPhases + 1); ++k)
     if (s == kPhases[k]) return k;
   if (any_ok && s == "any") return -1;
-  c.fail(n, fmt::format("'at' must be one of start, forward, backward, sync, optimizer{}, got '{}'",
-                        any_ok ? ", any" : "", s));
+  c.fail(n, fmt::format("'at' must be one of start, forward, backward, sync, optimizer, {}, got '{}'",
+                        any_ok ? "any" : "repair", s));
 }
 
 // The logical ranks on host `n` (a kill_node / revive_node value), at least one.
@@ -179,6 +181,8 @@ std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_
       if (e[k]) c.fail(e[k], fmt::format("'{}' belongs to a slow event, e.g. {{step: 5, slow: [3], factor: 2}}", k));
     if (e["at"] && !e["kill"] && !e["hang"] && !e["kill_node"]) c.fail(e["at"], "'at' belongs to a kill or a hang");
     const KillAt at = e["at"] ? KillAt(read_phase(c, e["at"], false)) : KillAt::Start;
+    if (at == KillAt::Repair && e["hang"])
+      c.fail(e["at"], "'at: repair' belongs to a kill (a hang in a repair is not modelled)");
     read_targets(c, e, int(step), at, hosts, world_size, raw);
   }
   return raw;
@@ -204,6 +208,15 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
       auto& nodes = r.kill ? se.nodes_killed : se.nodes_revived;
       if (!r.host.empty() && std::find(nodes.begin(), nodes.end(), r.host) == nodes.end()) nodes.push_back(r.host);
     }
+    // A kill in a repair needs a failure of its step to repair.
+    const auto& se = events[step];
+    const auto in_repair = [](KillAt a) { return a == KillAt::Repair; };
+    if (std::any_of(se.kill_at.begin(), se.kill_at.end(), in_repair) &&
+        std::all_of(se.kill_at.begin(), se.kill_at.end(), in_repair))
+      for (std::size_t j = i; j-- > 0 && raw[j].step == step;)
+        if (raw[j].kill) c.fail(raw[j].node, fmt::format("step {}: a kill 'at: repair' strikes in the repair of another "
+                                                         "kill of the same step, and this step has none",
+                                                         step));
   }
 }
 

@@ -42,7 +42,9 @@ struct ScheduleError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class KillAt { Start, Forward, Backward, Sync, Optimizer };
+// Where in its step a scheduled kill strikes. Repair: in the repair of another failure of the same
+// step, right after the survivors' shrink (a failure during recovery; signal mode).
+enum class KillAt { Start, Forward, Backward, Sync, Optimizer, Repair };
 const char* kill_at_name(KillAt at);
 
 // A rank slowed from this step on: compute takes `factor` times as long, transfers `link_factor`

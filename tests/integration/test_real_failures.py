@@ -121,6 +121,23 @@ def test_the_replacement_itself_killed(tmp_path):
     replay(out)
 
 
+def test_a_death_during_the_repair_is_recorded_with_the_first(tmp_path):
+    """Rank 3 dies in step 3's backward and rank 2 in the repair of that death, right after the
+    survivors' shrink (at: repair): the repair starts again over ranks 0 and 1. Both deaths are the
+    step's kills, both processes have ended, and the run, which lost replica 1, is exact. (The second
+    pass once recorded only its own death: rank 3 had vanished from the results.)"""
+    out = tmp_path / "cascade.h5"
+    text = ("events:\n  - {step: 3, kill: [3], at: backward}\n  - {step: 3, kill: [2], at: repair}\n"
+            "  - {step: 6, revive: [2, 3]}\n")
+    ntpbench(4, *TINY, "--tp", 2, "--steps", 8, "--policy", "ntp", "--schedule", schedule(tmp_path, text),
+             "--out", out)
+    assert sorted(kill_details(out)) == [(3, 2, "scheduled: SIGKILL at repair"), (3, 3, "scheduled: SIGKILL at backward")]
+    assert steps(out)["samples"].tolist() == [8, 8, 4, 4, 4, 8, 8, 8]
+    check_new_process(out, 2)
+    check_new_process(out, 3)
+    replay(out)
+
+
 def test_a_whole_replica_killed(tmp_path):
     out = tmp_path / "replica.h5"
     text = "events:\n  - {step: 2, kill: [2, 3], at: backward}\n  - {step: 5, revive: [2, 3]}\n"
