@@ -99,7 +99,14 @@ def sbatch(env, name, nodes, *args, per_node=4, timeout=240):
     job = out.stdout.strip().splitlines()[0] if out.stdout.strip() else "?"
     log = pathlib.Path(env["NTPBENCH_RESULTS"]) / f"{name}-{job}.out"
     text = log.read_text() if log.exists() else out.stderr
-    return out.returncode, text, pathlib.Path(env["NTPBENCH_RESULTS"]) / f"{name}-{job}" / "run.h5"
+    # Shown whole with a failing test's captured output (an assertion's message is cut short).
+    print(f"--- {name} (job {job}): exit {out.returncode}\n{text}")
+    h5 = pathlib.Path(env["NTPBENCH_RESULTS"]) / f"{name}-{job}" / "run.h5"
+    if h5.exists():
+        with h5py.File(h5, "r") as f:
+            for e in f["events"][()] if "events" in f else []:
+                print(f"event step {e['step']} rank {e['rank']} {e['kind'].decode()}: {e['detail'].decode()}")
+    return out.returncode, text, h5
 
 
 def on_node(d, node, *cmd, env, timeout=240, **kw):
