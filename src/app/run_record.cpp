@@ -125,7 +125,8 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
                     .active_replicas = cfg.active_replicas(),
                     .recovery_seconds = a.recovery_seconds,
                     .idle_seconds = a.idle_seconds,
-                    .paced_overrun = static_cast<std::int8_t>(overrun)};
+                    .paced_overrun = static_cast<std::int8_t>(overrun),
+                    .paced_link_overruns = r.link_overruns};
   ReplicaRow rr;
   for (const auto& rp : cfg.replicas) {
     rr.tp_degree.push_back(rp.active() ? rp.degree() : 0);
@@ -419,13 +420,26 @@ std::string RunRecord::slots_line(int skipped_steps) const {
 // Paced timing whose real compute ran over the emulated device's: how often, and a device rate
 // that would have kept up (the worst ratio of real to emulated compute time, with 10% to spare).
 std::string RunRecord::overrun_line() const {
-  int overruns = 0;
-  for (const auto& row : rec_->rows()) overruns += row.paced_overrun;
-  if (!o_.pacing.enabled || overruns == 0) return "";
+  int overruns = 0, link_steps = 0;
+  long long links = 0;
+  for (const auto& row : rec_->rows()) {
+    overruns += row.paced_overrun;
+    links += row.paced_link_overruns;
+    link_steps += row.paced_link_overruns > 0;
+  }
+  if (!o_.pacing.enabled || (overruns == 0 && links == 0)) return "";
+  const std::string link_line =
+      links == 0 ? ""
+                 : fmt::format("paced timing: {} transfer(s) in {} of {} steps ended after their emulated links would "
+                               "have (a slow copy on this machine, or a peer late to the exchange; /steps "
+                               "paced_link_overruns)",
+                               links, link_steps, rec_->rows().size());
+  if (overruns == 0) return link_line;
   return fmt::format("paced timing: real compute outran the emulated device in {} of {} steps (up to {:.2f}x its "
                      "emulated time): those steps' times are the machine's, not the device's; --device-gflops {:.3g} "
                      "would keep up",
-                     overruns, rec_->rows().size(), worst_overrun_, o_.pacing.device_gflops / (1.1 * worst_overrun_));
+                     overruns, rec_->rows().size(), worst_overrun_, o_.pacing.device_gflops / (1.1 * worst_overrun_)) +
+         (link_line.empty() ? "" : "\n" + link_line);
 }
 
 void RunRecord::note_shared_cores(double ranks_per_core) {

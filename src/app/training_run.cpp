@@ -39,7 +39,7 @@ std::string checkpoint_path(const Options& o, int step) {
 // descriptors included (a soak checks they stay flat).
 struct Report {
   std::array<double, kPhaseCount> phases{};
-  double trained = 0, loss = 0, grad_norm = 0, overruns = 0, overrun_ratio = 0;
+  double trained = 0, loss = 0, grad_norm = 0, overruns = 0, overrun_ratio = 0, link_overruns = 0;
   double rss_bytes = -1, open_fds = -1;
 };
 
@@ -430,7 +430,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   const double t_end = now();
   for (int k = 0; k < kPhaseCount; ++k) mine.phases[k] = r.phase_seconds[k] + waited[k];
   mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
-  mine.overrun_ratio = r.overrun_ratio;
+  mine.overrun_ratio = r.overrun_ratio, mine.link_overruns = r.link_overruns;
   const ProcessUsage usage = process_usage();
   mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
   const auto usage_of = [](const Report& rep) {
@@ -444,15 +444,18 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   if (!root()) return;
   Report agg;
   bool overrun = false;
+  double link_overruns = 0;
   for (int k = 0; k < group_->size(); ++k) {
     const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
     record_->set_rank_row(members_[k], rep->phases, usage_of(*rep));
     if (rep->trained && !agg.trained) agg = *rep;
     overrun = overrun || rep->overruns > 0;
+    link_overruns += rep->link_overruns;
     record_->note_overrun(rep->overrun_ratio);
   }
   StepResult row = r;
   row.loss = agg.loss, row.grad_norm = agg.grad_norm, row.overruns = overrun ? 1 : 0;
+  row.link_overruns = static_cast<int>(link_overruns);
   record_->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds}, group_->size());
 }
 

@@ -44,7 +44,8 @@ using FixedText = char[N];  // a fixed-length, NUL-padded string column
   X(std::int32_t, active_replicas)                                                                \
   X(double, recovery_seconds)       /* detect + reconfigure + heal before this step */            \
   X(double, idle_seconds)           /* waiting with every replica down, before this step */       \
-  X(std::int8_t, paced_overrun)     /* a paced compute phase ran over its emulated time */
+  X(std::int8_t, paced_overrun)     /* a paced compute phase ran over its emulated time */        \
+  X(std::int32_t, paced_link_overruns) /* paced transfers, all ranks, that ended after their emulated end */
 
 // /events: kills, revivals and what they caused.
 #define NTP_EVENT_COLUMNS(X) \

@@ -228,6 +228,7 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     cursor_ += r.samples;
     ++steps_;
   }
+  r.link_overruns = pacer_.take_link_overruns();
   r.phase_seconds = clock_.take();
   return r;
 }

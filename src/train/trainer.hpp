@@ -35,6 +35,7 @@ struct StepResult {
   long long samples = 0;     // sequences in the global batch
   int overruns = 0;          // paced compute phases that ran over
   double overrun_ratio = 0;  // paced: the worst real / emulated time of its compute phases
+  int link_overruns = 0;     // paced transfers whose real end came after their emulated end
   double compute_flops = 0;  // this rank's forward, backward and optimizer FLOPs (where trained)
   bool nonfinite = false;    // the loss or gradient norm was not finite: no parameter changed
   // This rank's time per phase since the previous step ended (so a step's recovery and idle

@@ -16,7 +16,7 @@ STEP_FIELDS = {
     "step": "i8", "optimizer_step": "i8", "t_start": "f8", "t_end": "f8", "sample_begin": "i8", "samples": "i8",
     "tokens": "i8", "tokens_committed": "i8", "loss": "f8", "grad_norm": "f8", "lr": "f8", "flops": "f8",
     "mfu": "f8", "live_ranks": "i4", "active_replicas": "i4", "recovery_seconds": "f8", "idle_seconds": "f8",
-    "paced_overrun": "i1",
+    "paced_overrun": "i1", "paced_link_overruns": "i4",
 }
 EVENT_FIELDS = {"time": "f8", "step": "i8", "kind": "S16", "rank": "i4", "replica": "i4", "bytes": "f8",
                 "duration": "f8", "detail": "S96"}
@@ -209,6 +209,27 @@ def test_paced_overruns_are_counted_with_a_rate_that_keeps_up(tmp_path):
     assert n == 4 and ratio > 1 and f"in {n} of 4 steps" in line, line
     suggested = float(line.rsplit("--device-gflops ", 1)[1].split()[0])
     assert suggested == pytest.approx(5000 / (1.1 * ratio), rel=1e-2), line
+
+
+def test_paced_link_overruns_are_counted_per_step(tmp_path):
+    """Two ranks of one TP group, one per core. Links emulated far faster than this machine's MPI
+    copies (1e6 GB/s, no latency): TP all-reduces end after their emulated end (those over the 50 us
+    slack; 11-32 in 3 steps here), counted in /steps and named on the closing line. Links far slower
+    (20 ms a message): none does."""
+    counts = {}
+    for name, link in (("fast", ["--tp-gbps", 1e6, "--link-latency-us", 0]),
+                       ("slow", ["--tp-gbps", 1, "--link-latency-us", 20000])):
+        out = tmp_path / f"{name}.h5"
+        p = ntpbench(2, "--preset", "tiny", "--tp", 2, "--steps", 3, "--timing", "paced", "--threads", 1, *link,
+                     "--quiet", "--out", out)
+        with h5py.File(out) as f:
+            counts[name] = f["steps"]["paced_link_overruns"].tolist()
+        named = [line for line in p.stdout.splitlines() if "transfer(s) in" in line]
+        assert len(named) == (1 if sum(counts[name]) else 0), p.stdout
+        if named:
+            steps_with = sum(n > 0 for n in counts[name])
+            assert named[0].startswith(f"paced timing: {sum(counts[name])} transfer(s) in {steps_with} of 3 steps"), named
+    assert sum(counts["fast"]) > 0 and counts["slow"] == [0, 0, 0], counts
 
 
 def test_wall_timing_on_shared_cores_is_said_once_and_recorded(tmp_path):
