@@ -1,7 +1,7 @@
 """`python3 -m analysis reshard`: the paper's Figure 8 from bench_resilience's paced benchmarks
 (`make bench-reshard`; bench/README.md, "Paced NTP sync and Figure 8").
 
-Input: Google Benchmark JSON with `reshard_slowdown/<model>/<n1>-><n2>/nvlink<G>` rows (counters
+Input: Google Benchmark JSON with `reshard_slowdown/<model>/<n1>-><n2>/tokens<N>` rows (counters
 `reshard_over_compute`, `slowdown`, `link_overruns`, `time_scale`) and `ntp_sync_paced/...` rows
 (`exposed_ntp/uniform` and its parts).
 
@@ -67,17 +67,37 @@ def fit(rows: list[dict]) -> tuple[float, float, float]:
     return float(a), float(b), 1.0 - float(np.sum(resid ** 2)) / ss if ss > 0 else 1.0
 
 
+def model_of(row: dict) -> str:
+    return row["name"].split("/")[1]
+
+
+def fits_by_model(rows: list[dict]) -> dict[str, tuple[float, float, float]]:
+    """One line per model with at least two distinct ratios: a model whose sync is latency-bound
+    (small gradients, many messages) and one that is bandwidth-bound lie on different lines."""
+    out = {}
+    for model in sorted({model_of(r) for r in rows}):
+        mine = [r for r in rows if model_of(r) == model]
+        if len({r["reshard_over_compute"] for r in mine}) >= 2:
+            out[model] = fit(mine)
+    return out
+
+
 def plot(rows: list[dict], line: tuple[float, float, float], png: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     a, b, r2 = line
     fig, ax = plt.subplots(figsize=(6, 4))
-    for model in sorted({r["name"].split("/")[1] for r in rows}):
-        mine = [r for r in rows if r["name"].split("/")[1] == model]
-        ax.scatter([r["reshard_over_compute"] for r in mine], [r["slowdown"] for r in mine], label=model)
     xs = np.array([0.0, max(max(r["reshard_over_compute"] for r in rows), max(prototype_ratio(h, t) for h, t in PROTOTYPE))])
-    ax.plot(xs, a + b * xs, "k--", label=f"fit: {a:.3f} + {b:.3f} x (R² {r2:.2f})")
+    per = fits_by_model(rows)
+    for model in sorted({model_of(r) for r in rows}):
+        mine = [r for r in rows if model_of(r) == model]
+        dots = ax.scatter([r["reshard_over_compute"] for r in mine], [r["slowdown"] for r in mine], label=model)
+        if model in per:
+            ma, mb, mr2 = per[model]
+            ax.plot(xs, ma + mb * xs, ":", color=dots.get_facecolor()[0],
+                    label=f"{model}: {ma:.3f} + {mb:.3f} x (R² {mr2:.2f})")
+    ax.plot(xs, a + b * xs, "k--", label=f"all: {a:.3f} + {b:.3f} x (R² {r2:.2f})")
     for h, t in PROTOTYPE:
         ax.axvline(prototype_ratio(h, t), color="grey", alpha=0.3)
     ax.set_xlabel("reshard bytes / NVLink rate over backward compute (one GPU)")
@@ -120,11 +140,15 @@ def main(args) -> int:
         line = fit(slow)
         a, b, r2 = line
         print(f"fit: slowdown = {a:.4f} + {b:.4f} x reshard/compute (R^2 {r2:.3f})")
-        print("the paper's prototype (TP 8 -> 7 on a DGX A100, fp32 gradients, one sequence per backward):")
-        print(f"  {'hidden':>6} {'seq':>6} {'reshard/compute':>15} {'slowdown on the fit':>19}")
+        per = fits_by_model(slow)
+        for model, (ma, mb, mr2) in per.items():
+            print(f"fit {model}: slowdown = {ma:.4f} + {mb:.4f} x reshard/compute (R^2 {mr2:.3f})")
+        print("the paper's prototype (TP 8 -> 7 on a DGX A100, fp32 gradients, one sequence per backward), "
+              "slowdown on each line:")
+        print(f"  {'hidden':>6} {'seq':>6} {'reshard/compute':>15} {'all':>7}" + "".join(f" {m:>7}" for m in per))
         for h, t in PROTOTYPE:
             x = prototype_ratio(h, t)
-            print(f"  {h:>6} {t:>6} {x:>15.4f} {a + b * x:>19.4f}")
+            print(f"  {h:>6} {t:>6} {x:>15.4f} {a + b * x:>7.4f}" + "".join(f" {ma + mb * x:>7.4f}" for ma, mb, _ in per.values()))
         if args.plot:
             plot(slow, line, args.plot)
             print(f"wrote {args.plot}")

@@ -8,8 +8,8 @@ from analysis import reshard
 from analysis.__main__ import main
 
 
-def bench_json(tmp_path, points, sync=True, skipped=True):
-    rows = [{"name": f"reshard_slowdown/small/4->3/nvlink{g}/iterations:1/manual_time", "reshard_over_compute": x,
+def bench_json(tmp_path, points, sync=True, skipped=True, model="small"):
+    rows = [{"name": f"reshard_slowdown/{model}/4->3/tokens{g}/iterations:1/manual_time", "reshard_over_compute": x,
              "slowdown": y, "link_overruns": 0, "time_scale": 1024, "reshard_MB": 1.5} for g, x, y in points]
     if sync:
         rows.append({"name": "ntp_sync_paced/small/4->3/iterations:1/manual_time", "exposed_ntp/uniform": 1.3,
@@ -29,6 +29,24 @@ def test_the_line_through_exact_points(tmp_path):
     assert len(slow) == 3 and len(sync) == 1  # the skipped 8->7 row is left out
     a, b, r2 = reshard.fit(slow)
     assert a == pytest.approx(1.0) and b == pytest.approx(0.2) and r2 == pytest.approx(1.0)
+
+
+def test_a_line_per_model(tmp_path, capsys):
+    """Two models on two exact lines: each gets its own, and the prototype is placed on each."""
+    a = json.loads(bench_json(tmp_path, [(8192, 0.05, 1.05), (4096, 0.10, 1.10)], sync=False, skipped=False).read_text())
+    b = json.loads(bench_json(tmp_path, [(8192, 0.10, 1.03), (4096, 0.20, 1.06)], sync=False, skipped=False,
+                              model="gpt2").read_text())
+    p = tmp_path / "both.json"
+    p.write_text(json.dumps({"benchmarks": a["benchmarks"] + b["benchmarks"]}))
+    slow, _ = reshard.load(p)
+    per = reshard.fits_by_model(slow)
+    assert per["small"][:2] == pytest.approx((1.0, 1.0)) and per["gpt2"][:2] == pytest.approx((1.0, 0.3))
+    assert main(["reshard", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "fit gpt2: slowdown = 1.0000 + 0.3000" in out and "fit small: slowdown = 1.0000 + 1.0000" in out
+    x = reshard.prototype_ratio(12288, 16384)
+    row = next(line for line in out.splitlines() if line.split()[:2] == ["12288", "16384"])
+    assert row.split()[-2:] == [f"{1 + 0.3 * x:.4f}", f"{1 + x:.4f}"], row  # gpt2's line, then small's
 
 
 def test_the_prototype_ratio_from_its_dimensions():
