@@ -17,6 +17,13 @@ namespace ntp::test {
 namespace {
 
 constexpr double kTol = 1e-5;
+// Per tensor, parameters after AdamW steps (param_compare.hpp). Every gradient is checked per tensor
+// at kTol before AdamW; after it, one element whose gradient is near zero can carry a tensor's
+// relative difference (m/sqrt(v) turns a rounding-sized gradient into an lr-sized step), a heavy
+// tail: over 24 random seeds x 30 layouts here the worst tensor was 2.1e-4, and seed 662873098 gives
+// 8.5e-4 on tiny TP 2 x PP 4's h.0.mlp.c_proj.bias (1.01e-3 in the sanitizer build). A wrong shard
+// or a wrong sharded update is off by 1e-1 or more, ten times this bound.
+constexpr double kTensorTolAfterAdamW = 1e-2;
 
 // A tiny model of either family ("tiny" or "llama-tiny").
 Options tiny_options(std::uint64_t seed, int tp, int micro_batch, const std::string& name = "tiny") {
@@ -121,7 +128,7 @@ void expect_matches_one_rank(const std::string& name, const Shape& sh) {
   run.save_checkpoint(path);
   const ParamDiff diff = compare_params(m, read_checkpoint_params(path, m), canonical_params(ref.model()),
                                         key_bias_bound(1e-3, steps));
-  EXPECT_TRUE(diff.within(kTol)) << "parameters after " << steps << " steps: " << diff.describe();
+  EXPECT_TRUE(diff.within(kTol, kTensorTolAfterAdamW)) << "parameters after " << steps << " steps: " << diff.describe();
   if (group->rank() == 0)
     std::printf("[ measured ] %s TP %d PP %d DP %d M %d: step-1 gradients %s\n[ measured ] %s TP %d PP %d DP %d M %d: "
                 "parameters after %d steps %s\n",
@@ -216,7 +223,7 @@ TEST(PipelineRecovery, NonuniformTpAcrossReplicas) {
     const ModelConfig& m = ref.model().layout().model();
     const ParamDiff diff =
         compare_params(m, read_checkpoint_params(path, m), canonical_params(ref.model()), key_bias_bound(1e-3, 3));
-    EXPECT_TRUE(diff.within(kTol)) << diff.describe();
+    EXPECT_TRUE(diff.within(kTol, kTensorTolAfterAdamW)) << diff.describe();
     world->barrier();  // every rank has read the file
     if (world->rank() == 0) {
       std::printf("[ measured ] %s TP [1, 2] x PP 2: parameters after 3 steps %s\n", name.c_str(),
@@ -272,7 +279,7 @@ TEST(Rebalance, BySpeedMatchesOneRank) {
     const ModelConfig& m = ref.model().layout().model();
     const ParamDiff diff = compare_params(m, read_checkpoint_params(path, m), canonical_params(ref.model()),
                                           key_bias_bound(1e-3, int(losses.size())));
-    EXPECT_TRUE(diff.within(kTol)) << diff.describe();
+    EXPECT_TRUE(diff.within(kTol, kTensorTolAfterAdamW)) << diff.describe();
     world->barrier();  // every rank has read the file
     if (world->rank() == 0) {
       std::printf("[ measured ] %s rebalanced replica (rank 2 at half speed): parameters after %zu steps %s\n",
@@ -316,7 +323,7 @@ TEST_P(Resume, AtAnotherLayout) {
     const auto got = read_checkpoint_params(end, b.model().layout().model());
     const ParamDiff diff = compare_params(ref.model().layout().model(), got, canonical_params(ref.model()),
                                           key_bias_bound(1e-3, 2 * k));
-    EXPECT_TRUE(diff.within(kTol)) << diff.describe();
+    EXPECT_TRUE(diff.within(kTol, kTensorTolAfterAdamW)) << diff.describe();
     if (gb->rank() == 0)
       std::printf("[ measured ] %s TP %d -> %d: parameters after %d steps %s\n", name.c_str(), tp_a, tp_b, 2 * k,
                   diff.describe().c_str());
@@ -368,7 +375,7 @@ TEST(Checkpoint, LlamaAcrossPipelineLayouts) {
       const ModelConfig& m = ref.model().layout().model();
       const ParamDiff diff =
           compare_params(m, read_checkpoint_params(end, m), canonical_params(ref.model()), key_bias_bound(1e-3, 2 * k));
-      EXPECT_TRUE(diff.within(kTol)) << "PP " << pp << ": " << diff.describe();
+      EXPECT_TRUE(diff.within(kTol, kTensorTolAfterAdamW)) << "PP " << pp << ": " << diff.describe();
       if (gb->rank() == 0)
         std::printf("[ measured ] llama-tiny TP 2 x PP 2 -> TP 1 x PP %d: parameters after %d steps %s\n", pp, 2 * k,
                     diff.describe().c_str());
