@@ -267,7 +267,7 @@ bench: build
 # The NTP gradient sync on an emulated DGX A100 (paced links and device), and the paper's Figure 8:
 # the reshard's slowdown of the backward against (reshard bytes / link rate) / (backward compute),
 # on 8 ranks (bench/README.md, "Paced NTP sync and Figure 8"). Waiting ranks yield their core. The
-# emulated DGX runs RESHARD_HEADROOM times slower than this machine's exchanges need (about 25 min
+# emulated DGX runs RESHARD_HEADROOM times slower than this machine's exchanges need (about 26 min
 # at 16; at 2, 4 min, but the regroups' host copies then inflate gpt2's slowdowns about threefold).
 # gpt2 at 8 sequences is left out at 16 (more than 11 min alone); RESHARD_FILTER to change.
 RESHARD_HEADROOM ?= 16
