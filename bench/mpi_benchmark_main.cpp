@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
+#include "blas_core.hpp"
 #include "comm.hpp"
 
 namespace ntp::bench {
@@ -66,6 +67,7 @@ void add_context() {
   benchmark::AddCustomContext("OMP_NUM_THREADS", env_or_unset("OMP_NUM_THREADS"));
   benchmark::AddCustomContext("openblas_config", openblas_get_config());
   benchmark::AddCustomContext("openblas_corename", openblas_get_corename());
+  benchmark::AddCustomContext("blas_core_choice", ntp::blas_core_note());
   benchmark::AddCustomContext("openblas_threads", std::to_string(openblas_get_num_threads()));
   benchmark::AddCustomContext("omp_max_threads", std::to_string(omp_get_max_threads()));
 }
@@ -97,6 +99,8 @@ void sleepy_barrier(MPI_Comm comm) {
 }  // namespace ntp::bench
 
 int main(int argc, char** argv) {
+  // As ntpbench does: the BLAS kernels for this CPU, chosen before the library is used (blas_core.hpp).
+  ntp::select_blas_kernels(argv);
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   const int rank = ntp::bench::world_rank();

@@ -11,6 +11,7 @@
 #include "comm_nccl.hpp"
 #endif
 #include "checkpoint.hpp"
+#include "blas_core.hpp"
 #include "cli.hpp"
 #include "fault.hpp"
 #include "launcher.hpp"
@@ -32,6 +33,8 @@ std::unique_ptr<ntp::Comm> make_world(const ntp::Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything else: the BLAS kernels are chosen when the library loads (blas_core.hpp).
+  ntp::select_blas_kernels(argv);
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rank = 0;

@@ -2,6 +2,8 @@
 // report, checkpoints and the end of the run (what the recorder writes of them: run_record.cpp).
 #include "training_run.hpp"
 
+#include "blas_core.hpp"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -160,6 +162,7 @@ void TrainingRun::print_banner() const {
              batch, o_.seq, threads_, o_.timing,
              o_.schedule.empty() ? "" : fmt::format(" | policy {} | schedule {}", o_.policy, o_.schedule));
   fmt::print("data: {}\nresults: {}\n", trainer_->data().describe(), o_.out);
+  if (o_.backend == "cpu") fmt::print("blas: {}\n", blas_core_note());
   if (o_.backend != "cpu") fmt::print("communication: {}\n", trainer_->communication());
   std::fflush(stdout);
 }

@@ -11,6 +11,7 @@
 
 #include <cblas.h>
 
+#include "blas_core.hpp"
 #include "comm.hpp"
 
 #ifndef NTPBENCH_GIT_REVISION
@@ -401,6 +402,7 @@ nlohmann::json environment_record() {
           {"mpi_library_version", mpi_library_version()},
           {"blas_core", std::string(openblas_get_corename())},
           {"blas_config", std::string(openblas_get_config())},
+          {"blas_core_choice", blas_core_note()},
           {"OPENBLAS_CORETYPE", env("OPENBLAS_CORETYPE")},
           {"OPENBLAS_L2_SIZE", env("OPENBLAS_L2_SIZE")},
           {"argv", nlohmann::json(command_line()).dump()}};
