@@ -7,13 +7,7 @@ import sys
 from . import simulate as sim
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python3 -m analysis",
-        description="Reports, plots and the cluster-scale goodput simulator for ntpbench results "
-                    "(HDF5 schema 1, see results/README.md).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch,soak,revivals,stragglers,reshard}")
-
+def _add_report(sub) -> None:
     r = sub.add_parser("report", help="table of runs; checks /summary against the raw rows",
                        description="Print one row per run: policy, TP x DP, failures, throughput, goodput, "
                                    "goodput ratio, ETTR, MFU, recovery times and heal bytes, all recomputed "
@@ -30,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "configuration keys in which they differ other than the policy (--csv/--json then "
                         "write that table)")
 
+
+def _add_plot(sub) -> None:
     pl = sub.add_parser("plot", help="PNG figures of runs",
                         description="Write PNGs per run (throughput per step with kill/revive marks and the time "
                                     "each killed rank was down shaded, TP degree of each replica, per-phase time "
@@ -39,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
     pl.add_argument("--out", required=True, metavar="DIR", help="directory for the PNGs (created if missing)")
 
+
+def _add_watch(sub) -> None:
     w = sub.add_parser("watch", help="live view of a run while it is written",
                        description="Follow a results file while ntpbench writes it: steps done out of the "
                                    "total, ETA, the TP degree of each replica, the last loss and the goodput so "
@@ -50,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="give up after S seconds without /summary (default: wait until the run ends)")
 
+
+def _add_soak(sub) -> None:
     sk = sub.add_parser("soak", help="check that memory and open files stay flat over a long run",
                         description="For each results file: steps, failures, revivals, and the worst growth of "
                                     "resident memory (/ranks/rss_bytes) and open file descriptors "
@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "run at the same rank count): --kill-mode signal runs are then judged on their growth "
                          "beyond that share, printed beside the raw growth")
 
+
+def _add_revivals(sub) -> None:
     rv = sub.add_parser("revivals", help="what each revival cost: spawned processes against spares",
                         description="Per revival (spawned processes, or spares at a revival or in a takeover): "
                                     "the handover's milliseconds, then its heal's milliseconds, bytes and "
@@ -71,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "same run; medians per kind. The rule is in analysis/revivals.py.")
     rv.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
 
+
+def _add_stragglers(sub) -> None:
     sg = sub.add_parser("stragglers", help="goodput under each --straggler-policy against its expectation",
                         description="One straggler's cost under each --straggler-policy: goodput over the steps "
                                     "the policy is in force (and over the whole episode) relative to a healthy run "
@@ -83,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="exit 1 when a run's measured goodput is further than this from its expectation "
                          "(e.g. 0.1; default: only print)")
 
+
+def _add_reshard(sub) -> None:
     rs = sub.add_parser("reshard", help="the NTP reshard's cost against compute (the paper's Figure 8)",
                         description="From bench_resilience's paced benchmarks (make bench-reshard): the paced NTP "
                                     "sync against the uniform all-reduce, and the backward's slowdown against "
@@ -91,11 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("bench", nargs="+", metavar="BENCH.json", help="Google Benchmark JSON of bench_resilience")
     rs.add_argument("--plot", metavar="PNG", help="write the figure (slowdown against the ratio, fitted line) here")
 
+
+def _add_simulate(sub) -> None:
     s = sub.add_parser("simulate", help="cluster-scale goodput simulator (the NTP paper's Fig. 6/7)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        description="Monte Carlo over failure placements and time for dp-drop, ntp and ntp-pw "
                                    "(with spare domains for Fig. 7). The model is documented in "
-                                   "analysis/simulate.py.")
+                                   "analysis/simulate/__init__.py.")
     g = s.add_argument_group("cluster")
     g.add_argument("--gpus", type=int, default=32000, help="GPUs in the job (without spares)")
     g.add_argument("--domain-size", type=int, default=32, help="GPUs per scale-up domain = TP degree")
@@ -175,6 +183,22 @@ def build_parser() -> argparse.ArgumentParser:
     g = s.add_argument_group("output")
     g.add_argument("--csv", metavar="DIR", help="write fig6.csv, fig7.csv, trace.csv (pipelines.csv) into DIR")
     g.add_argument("--out", metavar="DIR", help="write fig6_throughput_loss.png, fig7_spares.png, trace.png into DIR")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python3 -m analysis",
+        description="Reports, plots and the cluster-scale goodput simulator for ntpbench results "
+                    "(HDF5 schema 1, see results/README.md).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch,soak,revivals,stragglers,reshard}")
+    _add_report(sub)
+    _add_plot(sub)
+    _add_watch(sub)
+    _add_soak(sub)
+    _add_revivals(sub)
+    _add_stragglers(sub)
+    _add_reshard(sub)
+    _add_simulate(sub)
     return p
 
 

@@ -1,0 +1,149 @@
+"""`python3 -m analysis simulate`: main(args) runs the experiments `--what` names, prints their tables and
+writes the CSVs and plots."""
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from dataclasses import replace
+
+import numpy as np
+
+from .availability import plot_trace, time_trace, trace_table
+from .calibration import calibrate
+from .check import check_pp_main
+from .costs import Costs, add_fig6_costs, calibrated_heal_seconds, heal_bytes_per_gpu, mean_repair_seconds
+from .fig6 import fig6_costs_table, fig6_surprise, fig6_table, plot_fig6, sweep_failed_fraction
+from .fig7 import fig7_table, plot_fig7, spares_needed, spares_sweep
+from .model import MB_CUTS, Cluster, FailureModel, Params
+from .pipelines import pipelines_sweep, pipelines_table
+from .stragglers import stragglers_sweep, stragglers_table
+
+
+def main(args) -> int:
+    try:
+        cl = Cluster(args.gpus, args.domain_size, args.gpus_per_replica)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check_pp:
+        return check_pp_main(args.check_pp)
+    try:
+        params = Params(boost=args.boost, min_tp_fraction=args.min_tp_fraction, placement=args.placement,
+                        micro_batches=args.micro_batches, mb_cut=args.mb_cut)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not 1.0 <= args.boost <= 1.3 + 1e-12:
+        print("error: --boost must be in [1, 1.3] (the paper's 30% TDP headroom)", file=sys.stderr)
+        return 2
+    fm = FailureModel(hw_fraction=args.hw_fraction, hw_repair_days=args.hw_repair_days,
+                      sw_repair_hours=args.sw_repair_hours, repair_dist=args.repair_dist,
+                      interruptions=args.interruptions, days=args.ref_days, ref_gpus=args.ref_gpus)
+    recovery_s, heal_s, tok_gpu = args.recovery_seconds, args.heal_seconds, None
+    if args.calibrate:
+        cal = calibrate(args.calibrate)
+        tok_gpu = cal["tokens_per_s_per_rank"]
+        print("calibration from", len(args.calibrate), "run(s):")
+        for k, v in cal.items():
+            print(f"  {k}: {v if v is None else (f'{v:.6g}' if isinstance(v, float) else v)}")
+        if cal["recovery_steps_per_failure"] is not None:
+            recovery_s = cal["recovery_steps_per_failure"] * args.step_seconds
+        shard = heal_bytes_per_gpu(cl, args.model_params, args.bytes_per_param)
+        by_bytes = calibrated_heal_seconds(cal, shard, args.heal_link_gbps)
+        if by_bytes is not None:
+            heal_s = by_bytes
+            print(f"  -> heal: {shard / 1e9:.3g} GB per GPU ({args.model_params:.3g} parameters x "
+                  f"{args.bytes_per_param:g} B / {cl.gpus_per_replica} GPUs per replica) at {cal['heal_of_memcpy']:.3g} "
+                  f"(the measured heals' share of their host's memory copy, at {cal['heal_bytes'] / 1e6:.3g} MB each) x "
+                  f"{args.heal_link_gbps:g} GB/s per GPU = {heal_s:.3g} s per repair")
+        elif cal["heal_steps_per_revival"] is not None:
+            heal_s = cal["heal_steps_per_revival"] * args.step_seconds
+        print(f"  -> cluster costs at --step-seconds {args.step_seconds:g}: recovery {recovery_s:.3g} s per failure, "
+              f"heal {heal_s:.3g} s per repair\n")
+    costs = Costs(recovery_s, heal_s)
+    print(f"cluster: {cl.gpus} GPUs, {cl.domains} domains of {cl.domain_size}, {cl.domains_per_replica} domains "
+          f"per replica, {cl.replicas} replicas; placement {params.placement}; boost {params.boost:g}; "
+          f"domains with live < {args.min_tp_fraction:g} x {cl.domain_size} dropped")
+    print(f"pipelines: {cl.domains_per_replica} stages per replica, "
+          + (f"{params.micro_batches} micro-batches per replica per step (1F1B)" if params.micro_batches
+             else "many micro-batches (the additive limit)") + f", {params.mb_cut} micro-batch cut")
+    print(f"failures: {fm.rate_per_gpu_day:.3e} per GPU-day (x rate multiplier), {fm.hw_fraction:.0%} hardware, "
+          f"software repaired in {fm.sw_repair_hours:g} h\n")
+    frames = {}
+    what = set(args.what)
+    if "fig6" in what:
+        fr = np.linspace(0, args.max_failed_fraction, args.points + 1)[1:]
+        df6 = sweep_failed_fraction(cl, fr, args.policies, params, args.trials, args.seed)
+        print(f"Fig. 6 — throughput loss vs failed fraction ({args.trials} placements each):")
+        print(fig6_table(df6), "\n")
+        df6 = add_fig6_costs(df6, cl, fm, costs)
+        frames["fig6"] = df6
+        print(f"Fig. 6 with recovery costs: {costs.recovery:.3g} s per failure + {costs.heal:.3g} s per repair stall "
+              f"the job; a failed fraction f held with a mean repair of {mean_repair_seconds(fm) / 3600:.3g} h "
+              f"(--hw-repair-days {fm.hw_repair_days:g}) is f x {cl.gpus} / that failures per second:")
+        print(fig6_costs_table(df6), "\n")
+        surprise = fig6_surprise(df6, cl, params)
+        if surprise:
+            print("\n".join(textwrap.fill(n, 110, break_on_hyphens=False) for n in surprise.split("\n")), "\n")
+    if "fig7" in what:
+        fm7 = replace(fm, hw_repair_days=args.fig7_hw_repair_days, rate_multiplier=args.rate_multiplier[0])
+        df7 = spares_sweep(cl, args.spares, fm7, args.policies, params, args.days, args.sample_hours,
+                           args.time_trials, args.seed + 1, costs)
+        frames["fig7"] = df7
+        print(f"Fig. 7 — fixed mini-batch with spare domains, {fm7.hw_repair_days:g}-day hardware repair, "
+              f"{args.days:g} days x {args.time_trials} trials; with costs: {costs.recovery:.3g} s per failure + "
+              f"{costs.heal:.3g} s per repair in the pool stall the job:")
+        print(fig7_table(df7, tok_gpu))
+        need = spares_needed(df7)
+        print("spares to never be short:", ", ".join(f"{p} {('>' + str(max(args.spares))) if v is None else v}"
+                                                        for p, v in need.items()), "\n")
+    if "pipelines" in what:
+        fm7 = replace(fm, hw_repair_days=args.fig7_hw_repair_days, rate_multiplier=args.rate_multiplier[0])
+        pols = [p for p in args.policies if p != "dp-drop"] or list(args.policies)
+        dfp = pipelines_sweep(cl, fm, fm7, args.pp_micro_batches, params, MB_CUTS, pols, args.max_failed_fraction,
+                              args.trials, args.spares, args.rate_multiplier, args.days, args.sample_hours,
+                              args.time_trials, args.seed)
+        frames["pipelines"] = dfp
+        print(f"Pipelines — {cl.domains_per_replica} stages per replica, by micro-batches M (inf: the additive "
+              f"limit) and cut; bubble = (P-1)/(M+P-1); loss: Fig. 6 at f = {args.max_failed_fraction:g} "
+              f"({args.trials} placements); spares: Fig. 7, to never be short ({fm7.hw_repair_days:g}-day "
+              f"repair); avail: trace availability ({fm.hw_repair_days:g}-day repair) by rate multiplier. "
+              f"dp-drop does not depend on M:")
+        print(pipelines_table(dfp, max(args.spares)), "\n")
+    if "stragglers" in what:
+        dfs = stragglers_sweep(cl, args.slow_per_gpu_day, args.slow_hours, args.slow_factor, params, args.days,
+                               args.sample_hours, args.time_trials, args.seed + 3)
+        frames["stragglers"] = dfs
+        print(f"Stragglers — episodes of {args.slow_hours:g} h at 1/{args.slow_factor:g} speed, {args.days:g} days x "
+              f"{args.time_trials} trials; job throughput (healthy = 1) under each --straggler-policy:")
+        print(stragglers_table(dfs), "\n")
+    ex = None
+    if "trace" in what:
+        dft, ex = time_trace(cl, fm, args.rate_multiplier, args.policies, params, args.days, args.sample_hours,
+                             args.time_trials, args.seed + 2, recovery_s, heal_s)
+        frames["trace"] = dft
+        print(f"Trace — {fm.hw_repair_days:g}-day hardware repair, {args.days:g} days x {args.time_trials} trials, "
+              f"stall {recovery_s:g} s per failure + {heal_s:g} s per repair:")
+        print(trace_table(dft), "\n")
+    if args.csv:
+        os.makedirs(args.csv, exist_ok=True)
+        for k, df in frames.items():
+            p = os.path.join(args.csv, f"{k}.csv")
+            df.to_csv(p, index=False)
+            print("wrote", p)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        if "fig6" in frames:
+            p = os.path.join(args.out, "fig6_throughput_loss.png")
+            plot_fig6(frames["fig6"], cl, p)
+            print("wrote", p)
+        if "fig7" in frames:
+            p = os.path.join(args.out, "fig7_spares.png")
+            plot_fig7(frames["fig7"], cl, p)
+            print("wrote", p)
+        if ex is not None:
+            p = os.path.join(args.out, "trace.png")
+            plot_trace(ex, cl, p)
+            print("wrote", p)
+    return 0

@@ -1,0 +1,50 @@
+"""Recovery costs: whole-job stalls per failure and per repair, and Fig. 6's stall at a failed fraction."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .model import DAY, Cluster, FailureModel
+
+
+# ---------------------------------------------------------------------------------------------
+# Recovery costs: whole-job stalls per failure and per repair
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Costs:
+    """Whole-job stalls: `recovery` seconds per failure (detect + reconfigure), `heal` per repair (the
+    returning GPUs' shards healed from a peer)."""
+    recovery: float = 60.0
+    heal: float = 5.0
+
+
+def heal_bytes_per_gpu(cl: Cluster, model_params: float, bytes_per_param: float) -> float:
+    """One GPU's share of a replica's training state: what a returning (or spare) GPU receives."""
+    return model_params * bytes_per_param / cl.gpus_per_replica
+
+
+def calibrated_heal_seconds(cal: dict, shard_bytes: float, link_gbps: float) -> float | None:
+    """The simulated shard over the simulated link at the efficiency the measured heals reached (their
+    rate over the memory copy of their host); None without a measured heal. Small shards' heals are
+    partly latency, so a small calibration model gives an upper bound on the heal's time."""
+    eff = cal.get("heal_of_memcpy")
+    return None if not eff else shard_bytes / (eff * link_gbps * 1e9)
+
+
+def mean_repair_seconds(fm: FailureModel) -> float:
+    return (fm.hw_fraction * fm.hw_repair_days * DAY + (1 - fm.hw_fraction) * fm.sw_repair_hours * 3600)
+
+
+def stall_at_failed_fraction(f: float, cl: Cluster, fm: FailureModel, costs: Costs) -> float:
+    """Fig. 6 with costs: a failed fraction f held in steady state with the failure model's mean repair
+    time R is f G / R failures (and as many repairs) per second (Little's law); each stalls the job."""
+    return min(1.0, f * cl.gpus / mean_repair_seconds(fm) * (costs.recovery + costs.heal))
+
+
+def add_fig6_costs(df: pd.DataFrame, cl: Cluster, fm: FailureModel, costs: Costs) -> pd.DataFrame:
+    df = df.copy()
+    df["stall_fraction"] = [stall_at_failed_fraction(f, cl, fm, costs) for f in df["failed_fraction"]]
+    df["loss_with_costs"] = 1 - df["availability"] * (1 - df["stall_fraction"])
+    return df
