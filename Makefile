@@ -55,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo readme-demo clean help bench bench-bestblas bench-spares bench-reshard
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo readme-demo clean help bench bench-blas-core bench-bestblas bench-spares bench-reshard
 
 all: build
 
@@ -68,6 +68,7 @@ help:
 	@echo "make test-system  fence-mode tests against Debian's Open MPI 4.1 (no ULFM), in build-system/"
 	@echo "make test-cluster the multi-node tests alone: a 3-node Slurm cluster in network namespaces (root)"
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
+	@echo "make bench-blas-core  the step and SGEMM under ntpbench's BLAS core, the library's own choice, and Prescott (SSE3)"
 	@echo "make bench-spares  a spare takeover against a spawned revival in one run, and heal bandwidth against memcpy"
 	@echo "make bench-reshard the NTP sync on emulated DGX links, and the reshard's slowdown of the backward (Figure 8)"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
@@ -288,6 +289,19 @@ bench-spares: build py-deps
 	  --kill-mode signal --spares-per-host 3 --spare-use takeover --schedule jobs/schedules/spares-vs-spawn.yaml \
 	  --overwrite --out $(BENCH_OUT)/spares-vs-spawn.h5
 	$(PY) -m analysis revivals $(BENCH_OUT)/spares-vs-spawn.h5
+
+# The step and SGEMM under the BLAS core ntpbench runs against the library's own choice and against
+# Prescott (SSE3: what Debian 12's OpenBLAS 0.3.21 gives CPUs it does not know, such as a
+# 5th-generation Xeon), in one run (bench/README.md, "BLAS core"). BLAS_CORE_FILTER to narrow it.
+BLAS_CORE_FILTER ?= step_vs_sgemm/gpt2
+bench-blas-core: build
+	@mkdir -p $(BENCH_OUT)/blas-core
+	for v in chosen:env library:NTPBENCH_BLAS_CORE=library prescott:OPENBLAS_CORETYPE=Prescott; do \
+	  name=$${v%%:*}; setting=$${v#*:}; \
+	  env -u OPENBLAS_CORETYPE $$setting $(BUILD)/bench/bench_step --benchmark_filter='$(BLAS_CORE_FILTER)' \
+	    $(call BENCH_JSON,$(BENCH_OUT)/blas-core/$$name.json) || exit 1; \
+	done
+	python3 bench/report.py $(BENCH_OUT)/blas-core
 
 bench-bestblas: build
 	@mkdir -p $(BENCH_OUT)/bestblas

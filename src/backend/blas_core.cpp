@@ -60,6 +60,12 @@ Isa best_isa(const CpuVectorSupport& cpu) {
 // reports once OPENBLAS_CORETYPE is set.
 constexpr const char* kMarker = "NTPBENCH_BLAS_LIBRARY_CORE";
 
+// NTPBENCH_BLAS_CORE=library: the library's own choice, whatever it is (to measure it).
+bool keep_library_core() {
+  const char* v = std::getenv("NTPBENCH_BLAS_CORE");
+  return v && std::string(v) == "library";
+}
+
 std::string library_version() {
   // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": the first two words.
   const std::string config = openblas_get_config();
@@ -93,6 +99,7 @@ std::optional<std::string> better_blas_core(const std::string& library_core, con
 
 void select_blas_kernels(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") || std::getenv(kMarker)) return;  // the user's choice, or done
+  if (keep_library_core()) return;
   // Only a DYNAMIC_ARCH library chooses at load time; another has one core compiled in.
   if (!std::strstr(openblas_get_config(), "DYNAMIC_ARCH")) return;
   const std::string library_core = openblas_get_corename();
@@ -127,6 +134,7 @@ std::string blas_core_note() {
     return note;
   }
   if (user) return head + ", OPENBLAS_CORETYPE=" + user + " set by the user";
+  if (keep_library_core()) return head + ", the library's choice (kept by NTPBENCH_BLAS_CORE=library) for a CPU with " + cpu_isa;
   return head + ", the library's choice for a CPU with " + cpu_isa;
 }
 

@@ -7,6 +7,7 @@
 // older instruction set than the CPU runs (AVX-512, AVX2 + FMA, AVX) and the user set no
 // OPENBLAS_CORETYPE, the process sets it and executes itself again (same PID, same arguments and
 // environment otherwise, before MPI starts), and the second start records why.
+// NTPBENCH_BLAS_CORE=library keeps the library's own choice (to measure it).
 #include <optional>
 #include <string>
 
