@@ -104,7 +104,7 @@ struct SyncSetup {
     sync->begin(grads.data());
     for (int l = layers - 1; l >= 0; --l) {
       pacer.pace_compute(0, layer_flops);
-      for (int k = 0; k < 2 && n > 1; ++k) pacer.pace_transfer(0, 2.0 * (n - 1) / n * tp_bytes, 2 * (n - 1), Link::Tp);
+      for (int k = 0; k < 2 && n > 1; ++k) pacer.pace_transfer(0, 2.0 * (n - 1) / n * tp_bytes, 2 * (n - 1), Link::Tp, Traffic::Activations);
       sync->layer_gradients_ready(l);
     }
     PacedTimes t;

@@ -60,7 +60,8 @@ std::map<std::string, std::string> non_default_values() {
       {"--backend", "cuda"}, {"--precision", "bf16"}, {"--allow-gpu-sharing", ""}, {"--schedule", file},
       {"--policy", "restart"}, {"--spares-per-host", "1"}, {"--spare-hosts", "1"}, {"--spare-use", "takeover"}, {"--kill-mode", "signal"}, {"--hang-timeout", "30"}, {"--failure-timeout", "4"}, {"--straggler-threshold", "1.5"}, {"--straggler-window", "3"}, {"--straggler-policy", "rebalance"}, {"--on-nonfinite", "skip"},
       {"--timing", "paced"}, {"--device-gflops", "20"}, {"--tp-gbps", "30"}, {"--dp-gbps", "6"},
-      {"--link-latency-us", "7"}, {"--boost", "1.2"},
+      {"--link-latency-us", "7"}, {"--boost", "1.2"}, {"--machine", "custom"}, {"--time-scale", "4"},
+      {"--headroom", "3"}, {"--emulated-precision", "tf32"}, {"--emulate-shape", "gpt2"},
   };
 }
 
@@ -78,8 +79,9 @@ Options parse(const std::map<std::string, std::string>& flags) {
 }
 
 TEST(Options, EveryMemberOfOptionsHasARowInTheTable) {
-  // Members whose value is derived from others, not set on their own: pacing.enabled (--timing).
-  constexpr std::size_t derived = 1;
+  // Members whose value is derived from others, not set on their own: pacing.enabled (--timing),
+  // pacing.time_scale and pacing.shape (paced_rates: --time-scale, --emulate-shape).
+  constexpr std::size_t derived = 3;
   constexpr std::size_t members = member_count<Options>() - 3 /* model, opt, pacing: counted inside */ +
                                   member_count<ModelConfig>() + member_count<OptimizerConfig>() +
                                   member_count<PacingConfig>();

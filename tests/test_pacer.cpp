@@ -10,6 +10,7 @@
 namespace {
 
 using ntp::Link;
+using ntp::Traffic;
 using ntp::PaceClock;
 
 // Sleeping advances it; a test advances it by hand for the real time a phase took.
@@ -43,7 +44,7 @@ struct PacerTest : ::testing::Test {
 };
 
 TEST_F(PacerTest, AFullyHiddenExchangeAddsNothing) {
-  const auto t = pacer.post(1e6, 1, Link::Tp);  // 1 ms on the scale-up link ...
+  const auto t = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);  // 1 ms on the scale-up link ...
   pacer.pace_compute(0, 5e6);                    // ... under 5 ms of compute
   EXPECT_NEAR(clock.since(t0), 5 * kMs, kNs);
   pacer.wait(t, clock.now());  // the real exchange was done by now
@@ -52,21 +53,21 @@ TEST_F(PacerTest, AFullyHiddenExchangeAddsNothing) {
 }
 
 TEST_F(PacerTest, AFullyExposedExchangeAddsItsLinkTime) {
-  const auto t = pacer.post(3e6, 1, Link::Tp);
+  const auto t = pacer.post(3e6, 1, Link::Tp, Traffic::Activations);
   pacer.wait(t, t.posted);
   EXPECT_NEAR(clock.since(t0), 3 * kMs, kNs);
 }
 
 TEST_F(PacerTest, APartlyHiddenExchangeAddsTheRest) {
-  const auto t = pacer.post(3e6, 1, Link::Tp);  // 3 ms, 1 ms of it under compute
+  const auto t = pacer.post(3e6, 1, Link::Tp, Traffic::Activations);  // 3 ms, 1 ms of it under compute
   pacer.pace_compute(0, 1e6);
   pacer.wait(t, clock.now());
   EXPECT_NEAR(clock.since(t0), 3 * kMs, kNs);
 }
 
 TEST_F(PacerTest, TwoTransfersOnOneLinkAddUp) {
-  const auto a = pacer.post(1e6, 1, Link::Tp);
-  const auto b = pacer.post(2e6, 1, Link::Tp);  // starts when a ends
+  const auto a = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);
+  const auto b = pacer.post(2e6, 1, Link::Tp, Traffic::Activations);  // starts when a ends
   EXPECT_NEAR(std::chrono::duration<double>(b.end - a.end).count(), 2 * kMs, kNs);
   pacer.wait(b, clock.now());
   EXPECT_NEAR(clock.since(t0), 3 * kMs, kNs);
@@ -75,8 +76,8 @@ TEST_F(PacerTest, TwoTransfersOnOneLinkAddUp) {
 }
 
 TEST_F(PacerTest, TransfersOnDifferentLinksOverlap) {
-  const auto a = pacer.post(1e6, 1, Link::Tp);  // 1 ms scale-up
-  const auto b = pacer.post(1e6, 1, Link::Dp);  // 2 ms scale-out, at the same time
+  const auto a = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);  // 1 ms scale-up
+  const auto b = pacer.post(1e6, 1, Link::Dp, Traffic::Activations);  // 2 ms scale-out, at the same time
   pacer.wait(a, clock.now());
   pacer.wait(b, clock.now());
   EXPECT_NEAR(clock.since(t0), 2 * kMs, kNs);
@@ -84,36 +85,36 @@ TEST_F(PacerTest, TransfersOnDifferentLinksOverlap) {
 
 TEST_F(PacerTest, GroupsRoutedToOneLinkShareIt) {
   pacer.set_route(Link::Dp, Link::Tp);  // a sync slot inside one node: it takes the scale-up link too
-  const auto a = pacer.post(1e6, 1, Link::Tp);
-  const auto b = pacer.post(1e6, 1, Link::Dp);
+  const auto a = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);
+  const auto b = pacer.post(1e6, 1, Link::Dp, Traffic::Activations);
   pacer.wait(a, clock.now());
   pacer.wait(b, clock.now());
   EXPECT_NEAR(clock.since(t0), 2 * kMs, kNs);
 }
 
 TEST_F(PacerTest, ABlockingTransferQueuesBehindAPostedOne) {
-  pacer.post(1e6, 1, Link::Tp);           // a regroup exchange in flight ...
-  pacer.pace_transfer(0, 1e6, 1, Link::Tp);  // ... and a TP all-reduce of the backward behind it
+  pacer.post(1e6, 1, Link::Tp, Traffic::Activations);           // a regroup exchange in flight ...
+  pacer.pace_transfer(0, 1e6, 1, Link::Tp, Traffic::Activations);  // ... and a TP all-reduce of the backward behind it
   EXPECT_NEAR(clock.since(t0), 2 * kMs, kNs);
-  pacer.pace_transfer(0, 1e6, 1, Link::Dp);  // the scale-out link was free all along
+  pacer.pace_transfer(0, 1e6, 1, Link::Dp, Traffic::Activations);  // the scale-out link was free all along
   EXPECT_NEAR(clock.since(t0), 4 * kMs, kNs);
 }
 
 TEST_F(PacerTest, ABlockingTransferCountsFromWhenItBegan) {
   clock.advance(0.4 * kMs);                      // the real transfer took 0.4 ms ...
-  pacer.pace_transfer(0.4 * kMs, 1e6, 1, Link::Tp);  // ... of its emulated 1 ms
+  pacer.pace_transfer(0.4 * kMs, 1e6, 1, Link::Tp, Traffic::Activations);  // ... of its emulated 1 ms
   EXPECT_NEAR(clock.since(t0), 1 * kMs, kNs);
 }
 
 TEST_F(PacerTest, ARealEndAfterTheEmulatedOneIsAnOverrun) {
-  const auto t = pacer.post(1e6, 1, Link::Tp);
+  const auto t = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);
   clock.advance(3 * kMs);  // the real exchange took 3 ms, waited for from its post
   pacer.wait(t, t.posted);
   EXPECT_NEAR(clock.since(t0), 3 * kMs, kNs);  // no sleep: the real end is later
   EXPECT_EQ(pacer.take_link_overruns(), 1);
   EXPECT_EQ(pacer.take_link_overruns(), 0);
   clock.advance(2 * kMs);
-  pacer.pace_transfer(2 * kMs, 1e6, 1, Link::Dp);  // 2 ms real, 2 ms emulated: on time
+  pacer.pace_transfer(2 * kMs, 1e6, 1, Link::Dp, Traffic::Activations);  // 2 ms real, 2 ms emulated: on time
   EXPECT_EQ(pacer.take_link_overruns(), 0);
 }
 
@@ -121,7 +122,7 @@ TEST_F(PacerTest, LatencyCountsPerMessage) {
   ntp::PacingConfig c = paced();
   c.latency_us = 10;
   ntp::Pacer p(c, clock);
-  const auto t = p.post(1e6, 7, Link::Tp);
+  const auto t = p.post(1e6, 7, Link::Tp, Traffic::Activations);
   p.wait(t, t.posted);
   EXPECT_NEAR(clock.since(t0), 1 * kMs + 70e-6, kNs);
 }
@@ -129,7 +130,7 @@ TEST_F(PacerTest, LatencyCountsPerMessage) {
 TEST_F(PacerTest, TheHostKeepsExchangesMovingWhileItWaits) {
   int calls = 0;
   pacer.set_background([&] { ++calls; });
-  const auto t = pacer.post(1e6, 1, Link::Tp);
+  const auto t = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);
   pacer.wait(t, t.posted);
   EXPECT_NEAR(clock.since(t0), 1 * kMs, kNs);
   EXPECT_EQ(calls, 5);  // every 200 microseconds of the 1 ms
@@ -141,10 +142,53 @@ TEST(Pacer, UnderWallTimingNothingWaits) {
   wall.enabled = false;
   ntp::Pacer p(wall, clock);
   const auto t0 = clock.now();
-  p.wait(p.post(1e9, 1, Link::Tp), t0);
-  p.pace_transfer(0, 1e9, 1, Link::Dp);
+  p.wait(p.post(1e9, 1, Link::Tp, Traffic::Activations), t0);
+  p.pace_transfer(0, 1e9, 1, Link::Dp, Traffic::Activations);
   p.pace_compute(0, 1e9);
   EXPECT_EQ(clock.now(), t0);
 }
 
 }  // namespace
+
+// What the verdict and the calibration read: overrun seconds, and the worst real / emulated ratio.
+TEST_F(PacerTest, OverrunsAreMeasuredInSeconds) {
+  pacer.pace_compute(3 * kMs, 1e6);  // 3 ms real for 1 ms emulated: 2 ms over
+  EXPECT_NEAR(pacer.take_overrun_seconds(), 2 * kMs, kNs);
+  EXPECT_NEAR(pacer.take_worst_ratio(), 3.0, 1e-9);
+  pacer.pace_compute(0.5 * kMs, 1e6);  // fits: nothing over
+  EXPECT_EQ(pacer.take_overrun_seconds(), 0);
+  const auto t = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);  // 1 ms emulated
+  clock.advance(4 * kMs);                                            // real: 4 ms from the post
+  pacer.wait(t, t.posted);
+  EXPECT_NEAR(pacer.take_link_overrun_seconds(), 3 * kMs, kNs);
+  EXPECT_NEAR(pacer.take_worst_link_ratio(), 4.0, 1e-9);
+}
+
+TEST_F(PacerTest, ATransferFoundDoneAfterItsEmulatedEndSaysNothingOfItsRatio) {
+  const auto t = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);
+  clock.advance(6 * kMs);  // compute went on; the wait begins after the emulated end and finds it done
+  pacer.wait(t, clock.now());
+  EXPECT_EQ(pacer.take_link_overruns(), 0);
+  EXPECT_EQ(pacer.take_worst_link_ratio(), 0);
+}
+
+TEST_F(PacerTest, WithoutSleepingPhasesAreMeasuredOnly) {
+  pacer.set_sleeping(false);
+  pacer.pace_compute(0.25 * kMs, 1e6);
+  EXPECT_NEAR(clock.since(t0), 0, kNs);
+  EXPECT_NEAR(pacer.take_worst_ratio(), 0.25, 1e-9);
+}
+
+TEST(Pacer, AnEmulatedShapeChargesItsOwnCosts) {
+  VirtualClock clock;
+  ntp::PacingConfig c = paced();
+  c.latency_us = 10;
+  c.shape = {.flops = 100, .activation_bytes = 4, .activation_calls = 3, .parameter_bytes = 50, .element_bytes = 0.5};
+  ntp::Pacer p(c, clock);
+  EXPECT_NEAR(p.compute_seconds(1e6), 100 * kMs, kNs);                       // the target's FLOPs
+  EXPECT_NEAR(p.compute_seconds(1e6, ntp::Work::Probe), 1 * kMs, kNs);        // a probe as it is
+  // Activations: 3 calls of the target's for this one, each of 4 x 0.5 the bytes, its latency each.
+  EXPECT_NEAR(p.transfer_seconds(1e6, 2, Link::Tp, Traffic::Activations), 3 * (20e-6 + 2 * kMs), kNs);
+  // Parameters: 50 x 0.5 the bytes, once.
+  EXPECT_NEAR(p.transfer_seconds(1e6, 2, Link::Dp, Traffic::Parameters), 20e-6 + 25 * 2 * kMs, kNs);
+}

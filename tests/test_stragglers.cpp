@@ -143,10 +143,10 @@ TEST(Stragglers, TheSlowedPacerTakesLonger) {
   ntp::PacingConfig paced;
   paced.enabled = true, paced.device_gflops = 10;
   ntp::Pacer p(paced);
-  EXPECT_NEAR(p.transfer_seconds(1e9, 1, ntp::Link::Tp), 1e9 / 20e9 + 5e-6, 1e-9);
+  EXPECT_NEAR(p.transfer_seconds(1e9, 1, ntp::Link::Tp, ntp::Traffic::Activations), 1e9 / 20e9 + 5e-6, 1e-9);
   p.set_slowdown(2, 4);
   EXPECT_GE(seconds_of([&] { p.pace_compute(0, 1e9); }), 0.2);  // 1 GFLOP at 10 GFLOP/s, twice as long
-  EXPECT_NEAR(p.transfer_seconds(1e9, 1, ntp::Link::Tp), 4 * (1e9 / 20e9 + 5e-6), 1e-9);
+  EXPECT_NEAR(p.transfer_seconds(1e9, 1, ntp::Link::Tp, ntp::Traffic::Activations), 4 * (1e9 / 20e9 + 5e-6), 1e-9);
 }
 
 }  // namespace

@@ -127,6 +127,29 @@ CLI::ValidationError tp_error(const Options& o, std::string why, int world_size)
 
 // After parsing: the model from the preset and its overrides, the text options, and the checks
 // that span flags. Throws CLI::ValidationError naming the flag.
+// Paced timing's machine: a custom rate implies --machine custom (a named machine has its own);
+// --time-scale is auto or a factor above 0, 1 by default for custom (its rates are taken as given).
+void resolve_machine(const CLI::App& app, Options& o) {
+  std::string custom;
+  for (const char* f : {"--device-gflops", "--tp-gbps", "--dp-gbps", "--link-latency-us"})
+    if (app.count(f) && custom.empty()) custom = f;
+  if (!custom.empty()) {
+    if (app.count("--machine") && o.machine != "custom")
+      throw CLI::ValidationError(custom, custom + " is a rate of --machine custom, but --machine " + o.machine +
+                                             " has its own: drop one of them");
+    o.machine = "custom";
+  }
+  if (!app.count("--time-scale") && o.machine == "custom") o.time_scale = "1";
+  if (o.time_scale != "auto") {
+    double v = 0;
+    if (!CLI::detail::lexical_cast(o.time_scale, v) || !std::isfinite(v) || v <= 0)
+      throw CLI::ValidationError("--time-scale", "--time-scale must be auto or a number above 0, not '" +
+                                                     o.time_scale + "'");
+  }
+  if (o.emulate_shape != "none" && o.timing != "paced")
+    throw CLI::ValidationError("--emulate-shape", "--emulate-shape charges paced time: it needs --timing paced");
+}
+
 void resolve(const CLI::App& app, const TextValues& text, Options& o, int world_size) {
   resolve_model(app, text, o);
   for (const OptionSpec& s : option_table())
@@ -145,6 +168,7 @@ void resolve(const CLI::App& app, const TextValues& text, Options& o, int world_
                                                   o.backend + " computes in fp32 only");
   o.opt.total_steps = o.steps;
   o.pacing.enabled = o.timing == "paced";
+  resolve_machine(app, o);
 }
 
 }  // namespace

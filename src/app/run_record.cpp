@@ -2,6 +2,8 @@
 // console's per-step and recovery lines, and the summary at the end.
 #include "run_record.hpp"
 
+#include "paced_machine.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -103,7 +105,8 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
   const bool overrun = r.overruns > 0;
   const double secs = a.t_end - a.t_start;
   const long long tokens = r.samples * o_.seq;
-  const double flops = training_flops(o_.model, r.samples, o_.seq);
+  // Under --emulate-shape, the FLOPs charged: the target's for the same tokens.
+  const double flops = training_flops(o_.model, r.samples, o_.seq) * (o_.pacing.enabled ? paced_rates(o_).shape.flops : 1.0);
   const double peak = peak_.gflops;
   const double mfu = secs > 0 && peak > 0 ? flops / (secs * group_size * peak * 1e9) : std::nan("");
   const double nan = std::nan("");
@@ -126,7 +129,10 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
                     .recovery_seconds = a.recovery_seconds,
                     .idle_seconds = a.idle_seconds,
                     .paced_overrun = static_cast<std::int8_t>(overrun),
-                    .paced_link_overruns = r.link_overruns};
+                    .paced_link_overruns = r.link_overruns,
+                    .paced_overrun_seconds = r.overrun_seconds,
+                    .paced_link_overrun_seconds = r.link_overrun_seconds,
+                    .paced_peers_uneven = static_cast<std::int8_t>(a.slowed || !cfg.uniform())};
   ReplicaRow rr;
   for (const auto& rp : cfg.replicas) {
     rr.tp_degree.push_back(rp.active() ? rp.degree() : 0);
@@ -370,7 +376,7 @@ void RunRecord::record_checkpoint(int s, double t, double seconds, const std::st
 void RunRecord::note_no_final_checkpoint() { fmt::print("no replica is active at the end: no final checkpoint\n"); }
 
 void RunRecord::write_summary(double wall) {
-  rec_->write_summary(wall, ranks_, peak_.gflops);
+  rec_->write_summary(wall, ranks_, peak_.gflops, o_.pacing.enabled);
   rec_->set_summary("recorder_seconds", recorder_seconds_);
   if (o_.pacing.enabled) rec_->set_summary("paced_overrun_worst_ratio", worst_overrun_);
 }
@@ -417,29 +423,36 @@ std::string RunRecord::slots_line(int skipped_steps) const {
   return fmt::format("{} slots, {} training steps committed ({})", slots, committed, fmt::join(why, ", "));
 }
 
-// Paced timing whose real compute ran over the emulated device's: how often, and a device rate
-// that would have kept up (the worst ratio of real to emulated compute time, with 10% to spare).
+// Paced timing whose real time ran past emulated time: by how much, the verdict (Recorder::
+// write_summary's rule), and a time scale that would have kept up.
 std::string RunRecord::overrun_line() const {
-  int overruns = 0, link_steps = 0;
+  int overrun_steps = 0, link_steps = 0;
   long long links = 0;
+  double compute_s = 0, link_s = 0, link_even_s = 0, rank_s = 0, even_rank_s = 0;
   for (const auto& row : rec_->rows()) {
-    overruns += row.paced_overrun;
+    const double rs = (row.t_end - row.t_start) * row.live_ranks;
+    overrun_steps += row.paced_overrun;
     links += row.paced_link_overruns;
     link_steps += row.paced_link_overruns > 0;
+    compute_s += row.paced_overrun_seconds, link_s += row.paced_link_overrun_seconds, rank_s += rs;
+    if (!row.paced_peers_uneven) link_even_s += row.paced_link_overrun_seconds, even_rank_s += rs;
   }
-  if (!o_.pacing.enabled || (overruns == 0 && links == 0)) return "";
-  const std::string link_line =
-      links == 0 ? ""
-                 : fmt::format("paced timing: {} transfer(s) in {} of {} steps ended after their emulated links would "
-                               "have (a slow copy on this machine, or a peer late to the exchange; /steps "
-                               "paced_link_overruns)",
-                               links, link_steps, rec_->rows().size());
-  if (overruns == 0) return link_line;
-  return fmt::format("paced timing: real compute outran the emulated device in {} of {} steps (up to {:.2f}x its "
-                     "emulated time): those steps' times are the machine's, not the device's; --device-gflops {:.3g} "
-                     "would keep up",
-                     overruns, rec_->rows().size(), worst_overrun_, o_.pacing.device_gflops / (1.1 * worst_overrun_)) +
-         (link_line.empty() ? "" : "\n" + link_line);
+  if (!o_.pacing.enabled || (compute_s == 0 && link_s == 0)) return "";
+  const double compute_share = rank_s > 0 ? compute_s / rank_s : 0, link_share = even_rank_s > 0 ? link_even_s / even_rank_s : 0;
+  const bool overran = compute_share > kPacedOverrunLimit || link_share > kPacedOverrunLimit;
+  const double scale = paced_rates(o_).time_scale;
+  std::string line = fmt::format(
+      "paced timing {}: real compute ran {:.3g} s past emulated time ({:.2g}% of the ranks' step time, {} of {} "
+      "steps); transfers {:.3g} s ({} in {} steps; {:.2g}% of the step time where no peer was expected late, the "
+      "rest waits on slowed or uneven peers); the limit is {:g}% each",
+      overran ? "OVERRAN" : "ok", compute_s, 100 * compute_share, overrun_steps, rec_->rows().size(), link_s, links,
+      link_steps, 100 * link_share, 100 * kPacedOverrunLimit);
+  if (overran && worst_overrun_ > 0)
+    line += fmt::format("; compute needed --time-scale {:g} or more (worst phase {:.2f}x its emulated time)",
+                        power_of_2_at_least(scale * worst_overrun_ * 1.1), worst_overrun_);
+  else if (overran)
+    line += "; --time-scale auto measures a factor that fits";
+  return line;
 }
 
 void RunRecord::note_shared_cores(double ranks_per_core) {
@@ -449,6 +462,8 @@ void RunRecord::note_shared_cores(double ranks_per_core) {
              "not the ranks; --timing paced emulates a device per rank (README, Timing)\n",
              what);
 }
+
+void RunRecord::record_paced_machine(const nlohmann::json& machine) { rec_->set_attr("paced_machine", machine.dump()); }
 
 void RunRecord::note_overrun(double ratio) { worst_overrun_ = std::max(worst_overrun_, ratio); }
 

@@ -29,6 +29,7 @@ struct Attempt {
   int step = 0;
   StepResult r;
   double t_start = 0, t_end = 0, recovery_seconds = 0, idle_seconds = 0;
+  bool slowed = false;  // some rank ran slowed (a schedule's slow event)
 };
 
 // A reconfiguration's figures over the group: the slowest rank's detect, reconfigure and heal
@@ -130,6 +131,8 @@ class RunRecord {
   void note_shared_cores(double ranks_per_core);
   // The worst ratio of real to emulated compute time a rank reported (paced timing).
   void note_overrun(double ratio);
+  // Root attribute paced_machine (paced_machine.hpp).
+  void record_paced_machine(const nlohmann::json& machine);
   // /summary and the closing lines (code: the run's verdict, 4 for a non-finite last step).
   void finish(double wall, const std::string& last_checkpoint, int skipped_steps, int code);
   // After a run that could not go on (why): /summary over the rows so far, and the error line.

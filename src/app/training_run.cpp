@@ -42,6 +42,7 @@ std::string checkpoint_path(const Options& o, int step) {
 struct Report {
   std::array<double, kPhaseCount> phases{};
   double trained = 0, loss = 0, grad_norm = 0, overruns = 0, overrun_ratio = 0, link_overruns = 0;
+  double overrun_seconds = 0, link_overrun_seconds = 0, slowed = 0;
   double rss_bytes = -1, open_fds = -1;
 };
 
@@ -71,7 +72,9 @@ const char* step_point_name(StepPoint p) {
 Peak find_peak(const Options& o, Comm& world, int threads) {
   const bool root = world.rank() == 0;
   if (o.peak_gflops > 0) return {o.peak_gflops, "--peak-gflops"};
-  if (o.pacing.enabled) return {o.pacing.device_gflops, "--device-gflops (paced timing)"};
+  if (o.pacing.enabled)
+    return {paced_rates(o).device_gflops, fmt::format("the emulated device (--machine {}, time scale {})", o.machine,
+                                                      paced_rates(o).time_scale)};
   if (o.backend != "cpu") {
     if (root) fmt::print("note: --backend {} without --peak-gflops: MFU is not reported\n", o.backend);
     return {0, "unknown: pass --peak-gflops (the device's peak) for MFU"};
@@ -124,7 +127,9 @@ void TrainingRun::open_results() {
     record_ = std::make_unique<RunRecord>(o_, *trainer_, peak_, hosts_, static_cast<int>(alive_.size()));
     record_->open(threads_);
   }
-  if (root() && spares_) record_->record_spares(spare_processes_);  // spares are numbered in job order
+  if (root() && spares_) record_->record_spares(spare_processes_);
+  if (root() && o_.pacing.enabled)
+    record_->record_paced_machine(paced_machine_record(o_, calibration_ ? &*calibration_ : nullptr));  // spares are numbered in job order
   note_shared_cores();
   record_processes({});
 }
@@ -163,8 +168,14 @@ void TrainingRun::print_banner() const {
              o_.schedule.empty() ? "" : fmt::format(" | policy {} | schedule {}", o_.policy, o_.schedule));
   fmt::print("data: {}\nresults: {}\n", trainer_->data().describe(), o_.out);
   if (o_.backend == "cpu") fmt::print("blas: {}\n", blas_core_note());
+  if (o_.pacing.enabled) fmt::print("{}\n", describe_paced_machine(o_, calibration_ ? &*calibration_ : nullptr));
   if (o_.backend != "cpu") fmt::print("communication: {}\n", trainer_->communication());
   std::fflush(stdout);
+}
+
+void TrainingRun::calibrate_pacing() {
+  calibration_ = calibrate_time_scale(o_, *trainer_, *group_);
+  o_.time_scale = fmt::format("{}", calibration_->scale);
 }
 
 void TrainingRun::start_clock() {
@@ -434,6 +445,8 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   for (int k = 0; k < kPhaseCount; ++k) mine.phases[k] = r.phase_seconds[k] + waited[k];
   mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
   mine.overrun_ratio = r.overrun_ratio, mine.link_overruns = r.link_overruns;
+  mine.overrun_seconds = r.overrun_seconds, mine.link_overrun_seconds = r.link_overrun_seconds;
+  mine.slowed = trainer_->pacer().slowdown() != 1.0 ? 1 : 0;
   const ProcessUsage usage = process_usage();
   mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
   const auto usage_of = [](const Report& rep) {
@@ -446,20 +459,23 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   group_->gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), root_index());
   if (!root()) return;
   Report agg;
-  bool overrun = false;
-  double link_overruns = 0;
+  bool overrun = false, slowed = false;
+  double link_overruns = 0, overrun_seconds = 0, link_overrun_seconds = 0;
   for (int k = 0; k < group_->size(); ++k) {
     const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
     record_->set_rank_row(members_[k], rep->phases, usage_of(*rep));
     if (rep->trained && !agg.trained) agg = *rep;
     overrun = overrun || rep->overruns > 0;
     link_overruns += rep->link_overruns;
+    overrun_seconds += rep->overrun_seconds, link_overrun_seconds += rep->link_overrun_seconds;
+    slowed = slowed || rep->slowed > 0;
     record_->note_overrun(rep->overrun_ratio);
   }
   StepResult row = r;
   row.loss = agg.loss, row.grad_norm = agg.grad_norm, row.overruns = overrun ? 1 : 0;
   row.link_overruns = static_cast<int>(link_overruns);
-  record_->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds}, group_->size());
+  row.overrun_seconds = overrun_seconds, row.link_overrun_seconds = link_overrun_seconds;
+  record_->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds, slowed}, group_->size());
 }
 
 void TrainingRun::watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, const StepResult& r) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "machine.hpp"
+#include "paced_machine.hpp"
 #include "hang_watch.hpp"
 #include "straggler.hpp"
 #include "recorder.hpp"
@@ -65,6 +66,7 @@ class TrainingRun {
         alive_(world.size(), 1), evicted_(world.size(), 0) {
     if (!o_.init_from.empty()) trainer_->load_checkpoint(o_.init_from, o_.init_weights_only);
     o_.opt.total_steps = trainer_->steps_taken() + o_.steps;
+    if (o_.pacing.enabled && o_.time_scale == "auto") calibrate_pacing();
     peak_ = find_peak(o_, world, threads_);
     for (int r = 0; r < world.size(); ++r) members_.push_back(r);
     hook_into_steps();
@@ -134,6 +136,9 @@ class TrainingRun {
   // --straggler-policy evict: every rank's probe (Trainer::probe_seconds) at the start; their
   // median is the healthy time an evicted rank's probe is held against (collective).
   void measure_probe_base();
+  // --time-scale auto: the factor chosen now (paced_machine.hpp), written into the options that
+  // the record and any replacement process take.
+  void calibrate_pacing();
   // The ranks that train: alive and not evicted (by default, as evicted_ says).
   std::vector<char> training_members(const std::vector<char>& evicted) const;
   std::vector<char> training_members() const { return training_members(evicted_); }
@@ -183,6 +188,7 @@ class TrainingRun {
   const int threads_;
   std::unique_ptr<Trainer> trainer_;
   Peak peak_;
+  std::optional<Calibration> calibration_;  // --time-scale auto's (first process of a rank only)
   // root() only. It refers to o_, hosts_, trainer_ and peak_, declared above so they outlive it.
   std::unique_ptr<RunRecord> record_;
   std::vector<char> alive_;

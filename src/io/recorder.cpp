@@ -289,7 +289,7 @@ std::pair<int, double> Recorder::roll_back_after(std::int64_t optimizer_step) {
   return {n, seconds};
 }
 
-void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops) {
+void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops, bool paced) {
   double tokens = 0, committed = 0, step_s = 0, productive = 0, recovery = 0, idle = 0, flops = 0;
   int overruns = 0, training_steps = 0;
   std::vector<double> healthy;
@@ -355,6 +355,23 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops)
   put("spares_used", double(spares_used));
   put("heal_bytes", heal_bytes);
   put("paced_overrun_steps", double(overruns));
+  // Paced timing's verdict: real time past emulated time as a share of the ranks' step time, for
+  // compute in every step, for transfers in the steps where no peer was expected to be late (a
+  // slowed rank or an uneven layout makes its peers wait, as on the real machine).
+  double over_compute = 0, over_link = 0, over_link_even = 0, rank_seconds = 0, even_rank_seconds = 0;
+  for (const auto& r : rows_) {
+    const double rank_s = (r.t_end - r.t_start) * r.live_ranks;
+    over_compute += r.paced_overrun_seconds, over_link += r.paced_link_overrun_seconds, rank_seconds += rank_s;
+    if (!r.paced_peers_uneven) over_link_even += r.paced_link_overrun_seconds, even_rank_seconds += rank_s;
+  }
+  const double compute_share = rank_seconds > 0 ? over_compute / rank_seconds : 0.0;
+  const double link_share = even_rank_seconds > 0 ? over_link_even / even_rank_seconds : 0.0;
+  put("paced_overrun_seconds", over_compute);
+  put("paced_link_overrun_seconds", over_link);
+  put("paced_overrun_share", compute_share);
+  put("paced_link_overrun_share", link_share);
+  const bool overran = paced && (compute_share > kPacedOverrunLimit || link_share > kPacedOverrunLimit);
+  h5::set_attr(f, "summary", "status", std::string(overran ? "overran" : "ok"));
   put("final_loss", rows_.empty() ? 0.0 : rows_.back().loss);
   flush();
 }

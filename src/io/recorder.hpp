@@ -25,6 +25,10 @@ inline constexpr const char* kSchemaVersion = "1";
 template <std::size_t N>
 using FixedText = char[N];  // a fixed-length, NUL-padded string column
 
+// Paced timing: the share of the ranks' step time that real compute, or real transfers in steps
+// without expected late peers, may run past emulated time before a run is reported `overran`.
+inline constexpr double kPacedOverrunLimit = 0.01;
+
 // /steps: one row per executed step.
 #define NTP_STEP_COLUMNS(X)                                                                       \
   X(std::int64_t, step)             /* schedule step (slot), from 1 */                            \
@@ -45,7 +49,10 @@ using FixedText = char[N];  // a fixed-length, NUL-padded string column
   X(double, recovery_seconds)       /* detect + reconfigure + heal before this step */            \
   X(double, idle_seconds)           /* waiting with every replica down, before this step */       \
   X(std::int8_t, paced_overrun)     /* a paced compute phase ran over its emulated time */        \
-  X(std::int32_t, paced_link_overruns) /* paced transfers, all ranks, that ended after their emulated end */
+  X(std::int32_t, paced_link_overruns) /* paced transfers, all ranks, that ended after their emulated end */ \
+  X(double, paced_overrun_seconds)  /* paced: seconds compute ran over emulated time, summed over ranks */ \
+  X(double, paced_link_overrun_seconds) /* paced: seconds transfers ended late, summed over ranks */      \
+  X(std::int8_t, paced_peers_uneven) /* a rank slowed or a replica damaged: waits on late peers expected */
 
 // /events: kills, revivals and what they caused.
 #define NTP_EVENT_COLUMNS(X) \
@@ -120,8 +127,10 @@ class Recorder {
   // A restore to optimizer step s: committed rows past s lose their commit. Returns the rows and
   // their step time (the work to be recomputed).
   std::pair<int, double> roll_back_after(std::int64_t optimizer_step);
-  // Writes /summary from the rows and events (wall_seconds: the whole run).
-  void write_summary(double wall_seconds, int ranks, double peak_gflops);
+  // Writes /summary from the rows and events (wall_seconds: the whole run; paced: --timing paced,
+  // whose verdict `status` is then overran when real time exceeded emulated time in more than
+  // kPacedOverrunLimit of the ranks' step time).
+  void write_summary(double wall_seconds, int ranks, double peak_gflops, bool paced);
   void set_summary(const std::string& name, double value);
   const std::vector<StepRow>& rows() const { return rows_; }
   void flush();

@@ -120,7 +120,7 @@ void GradSync::begin(float* grads) {
 // backward goes on; complete() waits for its emulated end.
 GradSync::InFlight GradSync::post(const ReshardPlan& plan, int b, bool to_chunks) {
   auto exchange = std::make_unique<ReshardExchange>(tp_, plan, tensors(b, to_chunks), &be_);
-  const LinkTicket link = pacer_.post(exchange->bytes_sent(), tp_.size() - 1, Link::Tp);
+  const LinkTicket link = pacer_.post(exchange->bytes_sent(), tp_.size() - 1, Link::Tp, Traffic::Parameters);
   return {std::move(exchange), link};
 }
 
@@ -169,7 +169,7 @@ void GradSync::finish() {
     const int R = slot_->size();
     const double bytes = R > 1 ? 2.0 * (R - 1) / R * n * sizeof(float) : 0.0;
     bytes_ += bytes, allreduce_bytes_ += bytes;
-    pacer_.pace_transfer(seconds_since(t0), bytes, 2 * (R - 1), Link::Dp);
+    pacer_.pace_transfer(seconds_since(t0), bytes, 2 * (R - 1), Link::Dp, Traffic::Parameters);
   };
   if (uniform_) {
     allreduce(grads_, layout_.total());

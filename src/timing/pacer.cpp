@@ -23,14 +23,23 @@ PaceClock& PaceClock::steady() {
   return c;
 }
 
-double Pacer::compute_seconds(double flops) const { return flops / (c_.device_gflops * 1e9 * speed_); }
+double Pacer::compute_seconds(double flops, Work work) const {
+  const double charged = work == Work::Model ? flops * c_.shape.flops : flops;
+  return charged / (c_.device_gflops * 1e9 * speed_);
+}
 
-double Pacer::transfer_seconds(double bytes, int messages, Link group) const {
+double Pacer::transfer_seconds(double bytes, int messages, Link group, Traffic traffic) const {
   const double gbps = route(group) == Link::Tp ? c_.tp_gbps : c_.dp_gbps;
-  return (messages * c_.latency_us * 1e-6 + bytes / (gbps * 1e9)) * slow_link_;
+  const ShapeCharge& k = c_.shape;
+  // A transfer of activations stands for activation_calls of the target's, each activation_bytes
+  // times as large; one of parameters or gradients for parameter_bytes times its bytes.
+  const double calls = traffic == Traffic::Activations ? k.activation_calls : 1.0;
+  const double scale = (traffic == Traffic::Activations ? k.activation_bytes : k.parameter_bytes) * k.element_bytes;
+  return calls * (messages * c_.latency_us * 1e-6 + scale * bytes / (gbps * 1e9)) * slow_link_;
 }
 
 void Pacer::sleep_for(double seconds) {
+  if (!sleeping_) return;
   const auto end = clock_->now() + to_duration(seconds);
   if (!background_) {
     clock_->sleep_until(end);
@@ -46,40 +55,50 @@ void Pacer::sleep_rest(double real, double target) {
   if (target > real) sleep_for(target - real);
 }
 
-LinkTicket Pacer::post_at(PaceClock::time_point posted, double bytes, int messages, Link group) {
+LinkTicket Pacer::post_at(PaceClock::time_point posted, double bytes, int messages, Link group, Traffic traffic) {
   if (!c_.enabled) return {};
   auto& free = link_free_[static_cast<int>(route(group))];
   const auto start = std::max(free, posted);  // behind the transfers already on this link
-  free = start + to_duration(transfer_seconds(bytes, messages, group));
-  return {posted, free};
+  free = start + to_duration(transfer_seconds(bytes, messages, group, traffic));
+  return {posted, start, free};
 }
 
 void Pacer::wait(const LinkTicket& t, PaceClock::time_point began) {
   if (!c_.enabled) return;
   const auto now = clock_->now();
+  const auto seconds = [](PaceClock::time_point::duration d) { return std::chrono::duration<double>(d).count(); };
+  const double emulated = seconds(t.end - t.start);
   // Slack as for compute: 2% of the emulated time or 50 microseconds (a hidden exchange's wait
   // still unpacks what it received).
-  const auto slack = to_duration(0.02 * std::chrono::duration<double>(t.end - t.posted).count() + 50e-6);
-  if (now > std::max(began, t.end) + slack) ++link_overruns_;
-  if (now < t.end) sleep_for(std::chrono::duration<double>(t.end - now).count());
+  const auto slack = to_duration(0.02 * seconds(t.end - t.posted) + 50e-6);
+  const auto late_from = std::max(began, t.end);
+  if (now > late_from + slack) {
+    ++link_overruns_;
+    link_overrun_seconds_ += seconds(now - late_from);
+  }
+  // The real end is known only as the wait's end: an upper bound, unknown when the wait began
+  // after the emulated end and found the transfer done.
+  if (emulated > 0 && (now <= t.end + slack || now > late_from + slack))
+    worst_link_ratio_ = std::max(worst_link_ratio_, seconds(now - t.start) / emulated);
+  if (now < t.end) sleep_for(seconds(t.end - now));
 }
 
-void Pacer::pace_compute(double real, double flops) {
+void Pacer::pace_compute(double real, double flops, Work work) {
   if (!c_.enabled) {
     if (slow_compute_ > 1) sleep_for(real * (slow_compute_ - 1));
     return;
   }
-  const double target = compute_seconds(flops) * slow_compute_;
+  const double target = compute_seconds(flops, work) * slow_compute_;
   // A little slack for timer granularity: 2% or 50 microseconds.
-  if (real > target * 1.02 + 50e-6) ++overruns_;
+  if (real > target * 1.02 + 50e-6) ++overruns_, overrun_seconds_ += real - target;
   if (target > 0) worst_ratio_ = std::max(worst_ratio_, real / target);
   sleep_rest(real, target);
 }
 
-void Pacer::pace_transfer(double real, double bytes, int messages, Link group) {
+void Pacer::pace_transfer(double real, double bytes, int messages, Link group, Traffic traffic) {
   if (!c_.enabled) return;
   const auto began = clock_->now() - to_duration(real);
-  wait(post_at(began, bytes, messages, group), began);
+  wait(post_at(began, bytes, messages, group, traffic), began);
 }
 
 }  // namespace ntp

@@ -1,6 +1,7 @@
 #pragma once
-// Paced timing (--timing paced) for machines with fewer cores than ranks. Each rank emulates a
-// device of --device-gflops and links of --tp-gbps / --dp-gbps (GB/s) with --link-latency-us.
+// Paced timing (--timing paced) for machines with fewer cores than ranks. Each rank emulates one
+// GPU of a machine (--machine: its device, scale-up and scale-out links and latency), every rate
+// slowed by one factor (--time-scale) so that this machine's real work fits inside emulated time.
 // The arithmetic stays real; the wall clock becomes the emulated device's. Sleeping frees the core
 // for the other ranks, and ranks waiting in a collective for a slower (paced) peer wait as they
 // would on real hardware, so the critical path of a step is the emulated one.
@@ -16,8 +17,9 @@
 //   if that has passed: the exchange was hidden), or until its real end if that is later. A
 //   blocking transfer is one posted when it began and waited for at once.
 // A phase whose real time exceeded its emulated time is an overrun: the emulation was not honest
-// for that step. Compute overruns are recorded per step; transfer overruns are counted apart
-// (real MPI copies on shared cores often outrun a fast emulated link, and the wait then ends late).
+// for that step. Compute and transfer overruns are counted and their seconds summed per step
+// (real MPI copies on shared cores can outrun a fast emulated link, and the wait then ends late;
+// so can a peer that is late to the exchange).
 // Limits: the links are each rank's own. Ranks that share a real link (eight GPUs behind one NIC)
 // do not contend for it, and a collective costs its own bytes over its link: a late peer shows up
 // as real waiting inside the collective, not in the model.
@@ -26,6 +28,20 @@
 
 namespace ntp {
 
+// --emulate-shape: paced timing charges compute and communication as a larger target model would
+// at the same layout and tokens, while the arithmetic stays the model's. Each factor is the
+// target's over the model's; 1 everywhere when nothing is emulated.
+struct ShapeCharge {
+  double flops = 1;             // training FLOPs per token
+  double activation_bytes = 1;  // bytes of one TP or pipeline transfer of activations (hidden size)
+  double activation_calls = 1;  // TP transfers of activations per step (layers): each real one stands for this many
+  double parameter_bytes = 1;   // gradient and parameter transfers (parameter count)
+  double element_bytes = 1;     // the emulated job's bytes per element over the 4 of a float here
+  bool operator==(const ShapeCharge&) const = default;
+};
+
+// The rates one rank emulates: a machine profile's (machine_profile.hpp) divided by time_scale,
+// or --machine custom's flags as given.
 struct PacingConfig {
   bool enabled = false;
   double device_gflops = 10.0;  // per rank
@@ -33,8 +49,17 @@ struct PacingConfig {
   double dp_gbps = 5.0;         // GB/s, between replicas (scale-out link)
   double latency_us = 5.0;      // per message
   double boost = 1.3;           // ntp-pw: a damaged replica's ranks run this much faster
+  double time_scale = 1.0;      // the emulated machine runs this many times slower than the machine named
+  ShapeCharge shape;
   bool operator==(const PacingConfig&) const = default;
 };
+
+// What a transfer carries, for --emulate-shape's charge: activations (scaled by the target's
+// hidden size and layer count) or parameters and their gradients (by its parameter count).
+enum class Traffic { Activations, Parameters };
+// A compute phase of the model (charged as the target's under --emulate-shape), or a probe of the
+// rank's speed (a fixed matrix product, charged as it is).
+enum class Work { Model, Probe };
 
 // The group a transfer runs in: Tp, a replica's TP group (and its reshards); Dp, a sync slot across
 // replicas. Each group's transfers take one physical link (set_route): the scale-up link inside a
@@ -57,7 +82,7 @@ class PaceClock {
 // A transfer on an emulated link: when it was posted, and its emulated end (start on its link plus
 // its link time). Default: nothing posted (unpaced), nothing to wait for.
 struct LinkTicket {
-  PaceClock::time_point posted{}, end{};
+  PaceClock::time_point posted{}, start{}, end{};  // start: when it took its link
 };
 
 class Pacer {
@@ -78,18 +103,20 @@ class Pacer {
 
   // Seconds the emulated device needs for `flops`, and for a transfer of `bytes` in `messages`
   // within `group` (over the link it is routed to).
-  double compute_seconds(double flops) const;
-  double transfer_seconds(double bytes, int messages, Link group) const;
+  double compute_seconds(double flops, Work work = Work::Model) const;
+  double transfer_seconds(double bytes, int messages, Link group, Traffic traffic) const;
 
   // After a compute phase that took `real` seconds: sleeps until its emulated end.
-  void pace_compute(double real, double flops);
+  void pace_compute(double real, double flops, Work work = Work::Model);
   // After a blocking transfer that took `real` seconds: the transfer occupied its link from when it
   // began (behind what was on the link already); sleeps until its emulated end.
-  void pace_transfer(double real, double bytes, int messages, Link group);
+  void pace_transfer(double real, double bytes, int messages, Link group, Traffic traffic);
   // A nonblocking transfer posted now (or at `posted`): it takes its link from then, or once the
   // link is free, and the ticket says when it ends.
-  LinkTicket post(double bytes, int messages, Link group) { return post_at(now(), bytes, messages, group); }
-  LinkTicket post_at(PaceClock::time_point posted, double bytes, int messages, Link group);
+  LinkTicket post(double bytes, int messages, Link group, Traffic traffic) {
+    return post_at(now(), bytes, messages, group, traffic);
+  }
+  LinkTicket post_at(PaceClock::time_point posted, double bytes, int messages, Link group, Traffic traffic);
   // Called once the real transfer is done, having waited for it since `began` (the caller's
   // wait, e.g. MPI_Waitall, began then): sleeps until the emulated end. If the real wait went on
   // past the emulated end, the link was slower than emulated: an overrun.
@@ -112,20 +139,50 @@ class Pacer {
     worst_ratio_ = 0;
     return r;
   }
-  // Both counters, to put back after a compute phase that is no step's (Trainer::probe_seconds).
+  // Seconds by which compute phases ran over their emulated time, since the last call.
+  double take_overrun_seconds() {
+    const double s = overrun_seconds_;
+    overrun_seconds_ = 0;
+    return s;
+  }
+  // The compute counters, to put back after a compute phase that is no step's (Trainer::probe_seconds).
   struct Counters {
     int overruns;
-    double worst_ratio;
+    double worst_ratio, overrun_seconds;
   };
-  Counters counters() const { return {overruns_, worst_ratio_}; }
-  void set_counters(Counters c) { overruns_ = c.overruns, worst_ratio_ = c.worst_ratio; }
+  Counters counters() const { return {overruns_, worst_ratio_, overrun_seconds_}; }
+  void set_counters(Counters c) { overruns_ = c.overruns, worst_ratio_ = c.worst_ratio, overrun_seconds_ = c.overrun_seconds; }
   const PacingConfig& config() const { return c_; }
-  // Transfers whose real end came after their emulated end, since the last call.
+  // New rates (paced timing's calibration settles the time scale after the trainer exists).
+  void set_config(const PacingConfig& c) { c_ = c; }
+  // Transfers whose real end came after their emulated end, since the last call, and by how many
+  // seconds in all.
   int take_link_overruns() {
     const int n = link_overruns_;
     link_overruns_ = 0;
     return n;
   }
+  double take_link_overrun_seconds() {
+    const double s = link_overrun_seconds_;
+    link_overrun_seconds_ = 0;
+    return s;
+  }
+  // The worst ratio of real to emulated time of a transfer since the last call (an upper bound:
+  // a nonblocking exchange's real end is known only as its wait's end). With
+  // take_worst_ratio, what paced timing's calibration reads.
+  double take_worst_link_ratio() {
+    const double r = worst_link_ratio_;
+    worst_link_ratio_ = 0;
+    return r;
+  }
+  // Every counter above back to zero.
+  void reset_counters() {
+    overruns_ = link_overruns_ = 0;
+    worst_ratio_ = overrun_seconds_ = worst_link_ratio_ = link_overrun_seconds_ = 0;
+  }
+  // Off: phases are measured but nobody sleeps (calibration at the machine's own rates, where
+  // sleeping would take seconds per phase).
+  void set_sleeping(bool on) { sleeping_ = on; }
 
  private:
   void sleep_rest(double real, double target);
@@ -135,9 +192,11 @@ class Pacer {
   std::function<void()> background_;
   double speed_ = 1.0;
   double slow_compute_ = 1.0, slow_link_ = 1.0;
+  bool sleeping_ = true;
   int overruns_ = 0;
-  double worst_ratio_ = 0;
+  double worst_ratio_ = 0, overrun_seconds_ = 0;
   int link_overruns_ = 0;
+  double worst_link_ratio_ = 0, link_overrun_seconds_ = 0;
   Link route_[2] = {Link::Tp, Link::Dp};
   PaceClock::time_point link_free_[2]{};  // per physical link: the end of the last transfer on it
 };

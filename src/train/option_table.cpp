@@ -2,12 +2,21 @@
 
 #include <stdexcept>
 
+#include "machine_profile.hpp"
+
 namespace ntp {
 
 namespace {
 
 // A reference to one member of Options, as a FieldRef of the member's type.
 #define NTP_FIELD(member) [](Options& o) -> auto& { return o.member; }
+
+// --emulate-shape: none, or a preset.
+std::vector<std::string> shape_choices() {
+  std::vector<std::string> c = {"none"};
+  for (const auto& p : preset_names()) c.push_back(p);
+  return c;
+}
 
 std::vector<OptionSpec> model_options() {
   return {
@@ -238,20 +247,41 @@ std::vector<OptionSpec> failure_options() {
                "is consumed; skipped steps are counted in /summary)",
        .check = Check::OneOf, .choices = {"stop", "skip"}, .missing = Missing::Default},
       {.flag = "--timing", .key = "timing", .field = NTP_FIELD(timing),
-       .help = "wall: real time; paced: each rank emulates a device of --device-gflops and links of --tp-gbps/"
-               "--dp-gbps (for more ranks than cores)",
+       .help = "wall: real time; paced: each rank emulates one GPU of --machine, slowed by --time-scale (for more "
+               "ranks than cores)",
        .check = Check::OneOf, .choices = {"wall", "paced"}, .missing = Missing::Default},
+      {.flag = "--machine", .key = "pacing/machine", .field = NTP_FIELD(machine),
+       .help = "Paced: the machine each rank emulates one GPU of: dgx-a100, dgx-h100 or gb200-nvl72 (device FLOP/s, "
+               "NVLink and NIC bandwidth, latency; src/timing/machine_profile.cpp names the sources), or custom "
+               "(the rates of --device-gflops, --tp-gbps, --dp-gbps and --link-latency-us; implied by any of them)",
+       .check = Check::OneOf, .choices = machine_names(), .missing = Missing::Legacy, .legacy = "custom"},
+      {.flag = "--time-scale", .key = "pacing/time_scale", .field = NTP_FIELD(time_scale),
+       .help = "Paced: every rate of the machine is slowed by this one factor, so every ratio stays the machine's. "
+               "auto (the default; 1 with --machine custom): measured at start-up, the smallest power of 2 at "
+               "which this machine's real compute and transfers take at most 1/--headroom of their emulated time",
+       .missing = Missing::Legacy, .legacy = "1"},
+      {.flag = "--headroom", .key = "pacing/headroom", .field = NTP_FIELD(headroom),
+       .help = "Paced, --time-scale auto: how many times its real time each phase's emulated time must be at least",
+       .check = Check::Range, .lo = 1.0, .hi = 1e6, .missing = Missing::Default},
+      {.flag = "--emulated-precision", .key = "pacing/precision", .field = NTP_FIELD(emulated_precision),
+       .help = "Paced: which of the machine's dense FLOP/s the device runs at (the arithmetic here stays fp32)",
+       .check = Check::OneOf, .choices = {"bf16", "tf32", "fp32"}, .missing = Missing::Default},
+      {.flag = "--emulate-shape", .key = "pacing/emulate_shape", .field = NTP_FIELD(emulate_shape),
+       .help = "Paced: charge each phase as this preset would cost at the same layout and tokens (FLOPs per token; "
+               "TP activations by hidden size and layer count; gradient and parameter transfers by parameter "
+               "count), while the arithmetic stays the model's; none: the model's own costs",
+       .check = Check::OneOf, .choices = shape_choices(), .missing = Missing::Default},
       {.flag = "--device-gflops", .key = "pacing/device_gflops", .field = NTP_FIELD(pacing.device_gflops),
-       .help = "Paced: compute rate of one emulated device, GFLOP/s", .check = Check::Positive,
+       .help = "Paced, --machine custom: compute rate of one emulated device, GFLOP/s", .check = Check::Positive,
        .missing = Missing::Default},
       {.flag = "--tp-gbps", .key = "pacing/tp_gbps", .field = NTP_FIELD(pacing.tp_gbps),
-       .help = "Paced: bandwidth of a link inside a replica, GB/s", .check = Check::Positive,
+       .help = "Paced, --machine custom: bandwidth of a link inside a replica, GB/s", .check = Check::Positive,
        .missing = Missing::Default},
       {.flag = "--dp-gbps", .key = "pacing/dp_gbps", .field = NTP_FIELD(pacing.dp_gbps),
-       .help = "Paced: bandwidth of a link between replicas, GB/s", .check = Check::Positive,
+       .help = "Paced, --machine custom: bandwidth of a link between replicas, GB/s", .check = Check::Positive,
        .missing = Missing::Default},
       {.flag = "--link-latency-us", .key = "pacing/latency_us", .field = NTP_FIELD(pacing.latency_us),
-       .help = "Paced: latency of one message, microseconds", .check = Check::NonNegative,
+       .help = "Paced, --machine custom: latency of one message, microseconds", .check = Check::NonNegative,
        .missing = Missing::Default},
       {.flag = "--boost", .key = "pacing/boost", .field = NTP_FIELD(pacing.boost),
        .help = "ntp-pw: speed-up of a damaged replica's ranks (power boost), at most 1.3 (the paper's TDP "

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "machine_profile.hpp"
+#include "model_config.hpp"
 #include "option_table.hpp"
 
 namespace ntp {
@@ -30,6 +32,41 @@ Options options_from_json(const nlohmann::json& j) {
   }
   o.pacing.enabled = o.timing == "paced";
   return o;
+}
+
+double time_scale_value(const Options& o) { return o.time_scale == "auto" ? 0.0 : std::stod(o.time_scale); }
+
+PacingConfig paced_rates(const Options& o, double scale) {
+  PacingConfig c = o.pacing;
+  if (o.machine != "custom") {
+    const MachineProfile& m = machine_profile(o.machine);
+    c.device_gflops = m.tflops(o.emulated_precision) * 1e3;
+    c.tp_gbps = m.scale_up_gbps;
+    c.dp_gbps = m.scale_out_gbps;
+    c.latency_us = m.latency_us;
+  }
+  c.device_gflops /= scale;
+  c.tp_gbps /= scale;
+  c.dp_gbps /= scale;
+  c.latency_us *= scale;
+  c.time_scale = scale;
+  // The emulated job's tensors travel as 2-byte elements under bf16 (Megatron's activations and
+  // gradients); the model here sends 4-byte floats.
+  if (o.machine != "custom" && o.emulated_precision == "bf16") c.shape.element_bytes = 0.5;
+  if (o.emulate_shape != "none") {
+    // The target at the same tokens and layout: per token and per rank, its costs over the model's.
+    const ModelConfig t = preset(o.emulate_shape), &m = o.model;
+    c.shape.flops = training_flops(t, 1, o.seq) / training_flops(m, 1, o.seq);
+    c.shape.activation_bytes = double(t.hidden) / m.hidden;
+    c.shape.activation_calls = double(t.layers) / m.layers;
+    c.shape.parameter_bytes = double(parameter_count(t)) / double(parameter_count(m));
+  }
+  return c;
+}
+
+PacingConfig paced_rates(const Options& o) {
+  const double s = time_scale_value(o);
+  return paced_rates(o, s > 0 ? s : 1.0);
 }
 
 std::string checkpoint_dir_for(const Options& o) {

@@ -60,7 +60,16 @@ struct Options {
   int spare_hosts = 0;
   std::string spare_use = "revive";
   std::string timing = "wall";   // wall or paced
-  PacingConfig pacing;
+  // Paced timing's emulated machine (timing/machine_profile.hpp; custom: the rates in `pacing` as
+  // given), the factor every rate is slowed by ("auto" until calibrated at start-up, then the
+  // number), the headroom auto leaves, the precision of the profile's FLOP/s, and the preset whose
+  // costs are charged (--emulate-shape; "none": the model's own).
+  std::string machine = "dgx-a100";
+  std::string time_scale = "auto";
+  double headroom = 2.0;
+  std::string emulated_precision = "bf16";
+  std::string emulate_shape = "none";
+  PacingConfig pacing;  // enabled, boost, and custom's rates (the flags); paced_rates() for the rates run
   bool check = false;            // validate configuration and schedule, then exit
   std::string backend = "cpu";   // cpu or cuda (kernels and memory; see src/backend/backend.hpp)
   std::string precision = "fp32";  // fp32 or bf16 GEMMs (bf16: cuda only; see src/backend/backend.hpp)
@@ -75,6 +84,14 @@ inline int replica_batch(const Options& o) { return o.micro_batch * o.micro_batc
 
 nlohmann::json to_json(const Options& o);
 Options options_from_json(const nlohmann::json& j);
+
+// The rates each paced rank emulates: --machine's profile (or --machine custom's flags) divided by
+// the time scale `scale`, with --emulate-shape's charge (pacer.hpp ShapeCharge).
+PacingConfig paced_rates(const Options& o, double scale);
+// ... at the options' own time scale (1 while it is "auto": not yet calibrated).
+PacingConfig paced_rates(const Options& o);
+// The time scale as a number; 0 for "auto".
+double time_scale_value(const Options& o);
 
 // Directory for checkpoints of a run writing `out`.
 std::string checkpoint_dir_for(const Options& o);

@@ -1,5 +1,7 @@
 #include "trainer.hpp"
 
+#include "machine_profile.hpp"
+
 
 #include <algorithm>
 #include <chrono>
@@ -33,7 +35,7 @@ Configuration plan_for(const Options& o, const Topology& topo, const std::vector
 
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
     : o_(o), group_(&world), me_(world.rank()), n_(world.size()), topo_(n_, me_, o.tp, o.pp),
-      max_batch_(max_batch), pacer_(o.pacing) {
+      max_batch_(max_batch), pacer_(paced_rates(o)) {
   // While a paced rank sleeps (its emulated device computing), the sync's exchanges progress.
   pacer_.set_background([this] {
     if (sync_) sync_->progress();
@@ -58,7 +60,7 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
 
 Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& join)
     : o_(o), group_(&group), me_(join.logical_rank), n_(static_cast<int>(join.alive.size())),
-      topo_(n_, me_, o.tp, o.pp), max_batch_(max_batch), pacer_(o.pacing) {
+      topo_(n_, me_, o.tp, o.pp), max_batch_(max_batch), pacer_(paced_rates(o)) {
   pacer_.set_background([this] {
     if (sync_) sync_->progress();
   });
@@ -100,7 +102,7 @@ double Trainer::probe_seconds() {
   backend_->matmul_forward(a + 2L * n * n, a, a + std::size_t(n) * n, nullptr, n, n, n, WeightLayout::OutIn);
   float done = 0;
   backend_->to_host(&done, a + 2L * n * n, 1);  // waits for a device's product
-  pacer_.pace_compute(since(t0), 2.0 * n * n * n);
+  pacer_.pace_compute(since(t0), 2.0 * n * n * n, Work::Probe);
   const double seconds = since(t0);
   pacer_.set_speed(speed);
   pacer_.set_counters(counters);
@@ -133,10 +135,24 @@ bool on_one_host(Comm& c) {
 }  // namespace
 
 // Paced timing on a job spread over several hosts: a group's transfers take the scale-up link when
-// all its members share a host, else the scale-out link (pacer.hpp). On one host the default
-// stands: the TP group is the emulated node.
+// all its members share a host, else the scale-out link (pacer.hpp). On one host emulating a named
+// machine, the same by its scale-up domains: logical ranks in blocks of its GPUs per domain (eight
+// ranks of a DGX are one node, and their DP sync goes over NVLink too). On one host otherwise (a
+// custom machine) the default stands: the TP group is the emulated node.
 void Trainer::route_links() {
-  if (!o_.pacing.enabled || on_one_host(*group_)) return;
+  if (!o_.pacing.enabled) return;
+  if (on_one_host(*group_)) {
+    if (o_.machine == "custom") return;
+    const int domain = machine_profile(o_.machine).gpus_per_domain;
+    const auto one_domain = [&](Comm& c) {
+      double v[2] = {double(me_ / domain), -double(me_ / domain)};
+      c.allreduce_max(v, 2);
+      return v[0] == -v[1];
+    };
+    if (tp_) pacer_.set_route(Link::Tp, one_domain(*tp_) ? Link::Tp : Link::Dp);
+    if (slot_) pacer_.set_route(Link::Dp, one_domain(*slot_) ? Link::Tp : Link::Dp);
+    return;
+  }
   if (tp_) pacer_.set_route(Link::Tp, on_one_host(*tp_) ? Link::Tp : Link::Dp);
   if (slot_) pacer_.set_route(Link::Dp, on_one_host(*slot_) ? Link::Tp : Link::Dp);
 }
@@ -222,6 +238,7 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     pacer_.pace_compute(since(t0), 12.0 * model_->param_count());
     r.overruns = pacer_.take_overruns();
     r.overrun_ratio = pacer_.take_worst_ratio();
+    r.overrun_seconds = pacer_.take_overrun_seconds();
     r.compute_flops = 3 * model_->local_forward_flops(batch[q]) + 12.0 * model_->param_count();
   }
   if (r.samples > 0) {
@@ -229,8 +246,18 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     ++steps_;
   }
   r.link_overruns = pacer_.take_link_overruns();
+  r.link_overrun_seconds = pacer_.take_link_overrun_seconds();
   r.phase_seconds = clock_.take();
   return r;
+}
+
+void Trainer::dry_step() {
+  StepResult r;
+  const std::vector<int> batch = cfg_.batches();
+  r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);
+  const int q = cfg_.replica_of(me_);
+  if (r.samples > 0 && q >= 0 && model_) gradients(batch, r, [](StepPoint) {});
+  clock_.take();
 }
 
 // This replica's share of the step up to the update: samples, forward and backward of every
@@ -338,7 +365,7 @@ void Trainer::pp_transfer(const float* send, int dest, float* recv, int src, std
   const auto t0 = Clock::now();
   pp_->sendrecv(send, dest >= 0 ? n : 0, dest, recv, src >= 0 ? n : 0, src);
   // Stages sit in different scale-up domains: their transfers take the scale-out link.
-  pacer_.pace_transfer(since(t0), double(n) * sizeof(float), 1, Link::Dp);
+  pacer_.pace_transfer(since(t0), double(n) * sizeof(float), 1, Link::Dp, Traffic::Activations);
 }
 
 void Trainer::reduce_tied_embedding() {
@@ -348,7 +375,7 @@ void Trainer::reduce_tied_embedding() {
   const int t = tied_tensor(o_.model);
   const long n = model_->layout().slot(t).elems;
   embed_->allreduce_sum(model_->grad(t), std::size_t(n));
-  pacer_.pace_transfer(since(t0), double(n) * sizeof(float), 2, Link::Dp);  // a two-rank all-reduce
+  pacer_.pace_transfer(since(t0), double(n) * sizeof(float), 2, Link::Dp, Traffic::Parameters);  // a two-rank all-reduce
 }
 
 bool Trainer::save_checkpoint(const std::string& path) {

@@ -36,6 +36,8 @@ struct StepResult {
   int overruns = 0;          // paced compute phases that ran over
   double overrun_ratio = 0;  // paced: the worst real / emulated time of its compute phases
   int link_overruns = 0;     // paced transfers whose real end came after their emulated end
+  double overrun_seconds = 0;       // paced: seconds compute phases ran over their emulated time
+  double link_overrun_seconds = 0;  // paced: seconds transfers ended after their emulated end
   double compute_flops = 0;  // this rank's forward, backward and optimizer FLOPs (where trained)
   bool nonfinite = false;    // the loss or gradient norm was not finite: no parameter changed
   // This rank's time per phase since the previous step ended (so a step's recovery and idle
@@ -126,6 +128,10 @@ class Trainer {
   // advance their counters.
   StepResult step();
   StepResult step(const std::vector<int>& batch);
+  // The forward, backward and gradient sync of a step on the configuration's batches, with no
+  // update and no sample consumed (the next step computes its gradients afresh): what paced
+  // timing's calibration times. Every rank of the group calls it.
+  void dry_step();
 
   const Topology& topology() const { return topo_; }
   const Configuration& configuration() const { return cfg_; }

@@ -1,0 +1,134 @@
+#include "paced_machine.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "comm.hpp"
+#include "machine_profile.hpp"
+#include "trainer.hpp"
+
+namespace ntp {
+
+double power_of_2_at_least(double x) { return x <= 1 ? 1.0 : std::exp2(std::ceil(std::log2(x))); }
+
+ScaleStep next_time_scale(const std::vector<ScaleTrial>& trials, double headroom) {
+  const ScaleTrial& last = trials.back();
+  const auto fits = [&](const ScaleTrial& t) { return t.ratio * headroom <= 1; };
+  const double need = last.ratio * headroom;
+  if (need > 1) {
+    // Too fast: up by what the worst phase lacked, or to a smaller factor that already fit.
+    const double up = last.scale * power_of_2_at_least(need);
+    double known = 0;
+    for (const ScaleTrial& t : trials)
+      if (t.scale > last.scale && t.scale <= up && fits(t) && (known == 0 || t.scale < known)) known = t.scale;
+    return known > 0 ? ScaleStep{known, true} : ScaleStep{up, false};
+  }
+  // It fits. Half would, by this ratio, if need <= 1/2: try it unless it failed before.
+  const bool half_failed = std::any_of(trials.begin(), trials.end(), [&](const ScaleTrial& t) {
+    return t.scale == last.scale / 2 && !fits(t);
+  });
+  if (need * 2 <= 1 && last.scale >= 2 && !half_failed) return {last.scale / 2, false};
+  return {last.scale, true};
+}
+
+namespace {
+// The worst ratio over ranks of real to emulated time since the counters were reset: compute
+// alone, or compute and transfers.
+double worst_ratio(Pacer& p, Comm& group, bool links) {
+  double w = p.take_worst_ratio();
+  const double l = p.take_worst_link_ratio();
+  if (links) w = std::max(w, l);
+  group.allreduce_max(&w, 1);
+  p.reset_counters();
+  return w;
+}
+}  // namespace
+
+Calibration calibrate_time_scale(const Options& o, Trainer& trainer, Comm& group) {
+  Pacer& p = trainer.pacer();
+  Calibration c;
+  p.set_config(paced_rates(o, 1.0));
+  p.set_sleeping(false);
+  trainer.dry_step();  // a warm-up: threads started, pages touched
+  p.reset_counters();
+  trainer.dry_step();
+  c.compute_ratio = worst_ratio(p, group, false);
+  p.set_sleeping(true);
+  double scale = power_of_2_at_least(c.compute_ratio * o.headroom);
+  constexpr int kTrials = 6;
+  for (int k = 0; k < kTrials && !c.fits; ++k) {
+    p.set_config(paced_rates(o, scale));
+    trainer.dry_step();
+    c.trials.push_back({scale, worst_ratio(p, group, true)});
+    const ScaleStep next = next_time_scale(c.trials, o.headroom);
+    scale = next.scale;
+    c.fits = next.settled;
+  }
+  c.scale = scale;
+  if (!c.fits)  // out of trials: the smallest factor that fit, else the last one proposed (untried)
+    for (const ScaleTrial& t : c.trials)
+      if (t.ratio * o.headroom <= 1 && (!c.fits || t.scale < c.scale)) c.scale = t.scale, c.fits = true;
+  p.set_config(paced_rates(o, c.scale));
+  p.reset_counters();
+  trainer.clock().take();
+  return c;
+}
+
+std::string describe_paced_machine(const Options& o, const Calibration* calibration) {
+  const PacingConfig r = paced_rates(o);
+  std::string machine =
+      o.machine == "custom"
+          ? "custom"
+          : fmt::format("{} ({} {:.4g} TFLOP/s, scale-up {:.4g} GB/s, scale-out {:.4g} GB/s, {:.3g} us)", o.machine,
+                        o.emulated_precision, machine_profile(o.machine).tflops(o.emulated_precision),
+                        machine_profile(o.machine).scale_up_gbps, machine_profile(o.machine).scale_out_gbps,
+                        machine_profile(o.machine).latency_us);
+  std::string how = calibration ? fmt::format("auto, headroom {:g}: real work at most {:.2g} of emulated time{}",
+                                              o.headroom, calibration->trials.empty() ? 0.0 : calibration->trials.back().ratio,
+                                              calibration->fits ? "" : "; NOT FOUND to fit")
+                                : std::string("given");
+  std::string shape = o.emulate_shape == "none"
+                          ? std::string()
+                          : fmt::format(" | costs of {}: x{:.4g} FLOPs, activations x{:.4g} bytes x{:.4g} calls, "
+                                        "parameters x{:.4g}",
+                                        o.emulate_shape, r.shape.flops, r.shape.activation_bytes,
+                                        r.shape.activation_calls, r.shape.parameter_bytes);
+  return fmt::format("paced: {} slowed {:g}x ({}): device {:.4g} GFLOP/s, links {:.4g} / {:.4g} GB/s, {:.4g} us{}",
+                     machine, r.time_scale, how, r.device_gflops, r.tp_gbps, r.dp_gbps, r.latency_us, shape);
+}
+
+nlohmann::json paced_machine_record(const Options& o, const Calibration* calibration) {
+  const PacingConfig r = paced_rates(o);
+  nlohmann::json j = {{"machine", o.machine},
+                      {"precision", o.emulated_precision},
+                      {"time_scale", r.time_scale},
+                      {"time_scale_chosen", calibration ? "auto" : "given"},
+                      {"headroom", o.headroom},
+                      {"device_gflops", r.device_gflops},
+                      {"scale_up_gbps", r.tp_gbps},
+                      {"scale_out_gbps", r.dp_gbps},
+                      {"latency_us", r.latency_us},
+                      {"emulate_shape", o.emulate_shape},
+                      {"charge", {{"flops", r.shape.flops},
+                                  {"activation_bytes", r.shape.activation_bytes},
+                                  {"activation_calls", r.shape.activation_calls},
+                                  {"parameter_bytes", r.shape.parameter_bytes},
+                                  {"element_bytes", r.shape.element_bytes}}}};
+  if (o.machine != "custom") {
+    const MachineProfile& m = machine_profile(o.machine);
+    j["profile"] = {{"bf16_tflops", m.bf16_tflops}, {"tf32_tflops", m.tf32_tflops}, {"fp32_tflops", m.fp32_tflops},
+                    {"scale_up_gbps", m.scale_up_gbps}, {"scale_out_gbps", m.scale_out_gbps},
+                    {"latency_us", m.latency_us}, {"gpus_per_domain", m.gpus_per_domain}, {"source", m.source}};
+  }
+  if (calibration) {
+    nlohmann::json trials = nlohmann::json::array();
+    for (const ScaleTrial& t : calibration->trials) trials.push_back({{"time_scale", t.scale}, {"worst_ratio", t.ratio}});
+    j["calibration"] = {{"unpaced_compute_ratio", calibration->compute_ratio}, {"trials", trials},
+                        {"fits", calibration->fits}};
+  }
+  return j;
+}
+
+}  // namespace ntp
