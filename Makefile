@@ -55,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo readme-demo clean help bench bench-blas-core bench-bestblas bench-spares bench-reshard
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster test-sanitize fuzz demo readme-demo clean help bench bench-blas-core bench-paced bench-bestblas bench-spares bench-reshard
 
 all: build
 
@@ -69,10 +69,12 @@ help:
 	@echo "make test-cluster the multi-node tests alone: a 3-node Slurm cluster in network namespaces (root)"
 	@echo "make bench   run the microbenchmarks (JSON in results/bench/, tables printed); bench-bestblas: BLAS env unset"
 	@echo "make bench-blas-core  the step and SGEMM under ntpbench's BLAS core, the library's own choice, and Prescott (SSE3)"
+	@echo "make bench-paced  paced timing's machine independence: the demo's configuration alone, beside a busy core, with free links"
 	@echo "make bench-spares  a spare takeover against a spawned revival in one run, and heal bandwidth against memcpy"
 	@echo "make bench-reshard the NTP sync on emulated DGX links, and the reshard's slowdown of the backward (Figure 8)"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
 	@echo "make readme-demo  rewrite the README's \`make demo\` block from the last demo's results/demo/report.txt and replay.txt"
+	@echo "make chaos   CHAOS_SEEDS seeded schedules mixing every failure kind (kills at every phase, hangs, stragglers, spares, pipelines) under real kills; each must finish, replay and add up"
 	@echo "make soak    $(RANKS) ranks of tiny under random failures (jobs/schedules/soak.yaml), every policy, SOAK_STEPS=$(SOAK_STEPS) steps: finishes, replays, memory and fds flat (under real kills: beyond what Open MPI keeps per replaced process, measured first by bench/ulfm_respawn_cost)"
 	@echo "make stragglers  $(RANKS) ranks of small, one rank at half speed: goodput under each --straggler-policy against its expectation, replays, plot (results/stragglers/)"
 	@echo "make gpu-bundle  build-gpu/ + gpu-bundle/: the GPU check's binaries (CUDA arch 90) and every library they need (jobs/gpu/README.md)"
@@ -157,9 +159,11 @@ fuzz: $(FUZZ_BUILD)/CMakeCache.txt
 
 # The embedded default: 8 ranks (TP 4 x DP 2) of `small` under paced timing (more ranks than
 # cores here), one failure and one revival, once per policy; then the comparison table, the plots
-# and a replay check that the failure-handling run computed what one rank computes.
-DEMO_FLAGS := --preset small --seq 32 --micro-batch 4 --tp 4 --steps 30 --timing paced --device-gflops 0.8 \
-  --checkpoint-every 5 --schedule jobs/schedules/demo.yaml --quiet --overwrite
+# and a replay check that the failure-handling run computed what one rank computes. The 8 ranks are
+# one emulated DGX A100 at a measured time scale, charged as GPT-2 XL (1.5B) would cost at the same
+# layout and 512 tokens per replica per step (README, Timing).
+DEMO_FLAGS := --preset small --seq 64 --micro-batch 8 --tp 4 --steps 30 --timing paced --machine dgx-a100 \
+  --emulate-shape gpt2-xl --checkpoint-every 5 --schedule jobs/schedules/demo.yaml --quiet --overwrite
 DEMO_POLICIES := dp-drop ntp ntp-pw restart
 
 demo: deps build
@@ -177,6 +181,19 @@ demo: deps build
 # (analysis/readme_demo.py; analysis/tests/test_readme_demo.py checks that it matches the report).
 readme-demo: py-deps
 	$(PY) -m analysis.readme_demo README.md results/demo
+
+# Chaos (tests/chaos/chaos.py): CHAOS_SEEDS seeded schedules from CHAOS_FIRST, each mixing kills at
+# every phase (in a repair too), hangs and slow episodes, on a drawn job (policy, spares, straggler
+# policy, TP x DP or TP x PP x DP, gpt2 or llama) under real kills, CHAOS_STEPS steps each: every run
+# must finish in time, leave no process, record each death once, replay and add up. One line per
+# seed; a failing seed prints the command that reproduces it.
+CHAOS_SEEDS ?= 20
+CHAOS_FIRST ?= 1
+CHAOS_STEPS ?= 24
+CHAOS_OUT   ?= results/chaos
+.PHONY: chaos
+chaos: build py-deps
+	$(PY) tests/chaos/chaos.py $(BUILD) $(CHAOS_OUT) --seeds $(CHAOS_SEEDS) --first $(CHAOS_FIRST) --steps $(CHAOS_STEPS)
 
 # The soak: 8 ranks of tiny under jobs/schedules/soak.yaml's random failures (a rank
 # fails every 100 steps on average, back 5 steps later), once per policy, killed for real
@@ -302,6 +319,27 @@ bench-blas-core: build
 	    $(call BENCH_JSON,$(BENCH_OUT)/blas-core/$$name.json) || exit 1; \
 	done
 	python3 bench/report.py $(BENCH_OUT)/blas-core
+
+# Paced timing's machine independence (bench/README.md, "Paced timing"): the demo's configuration
+# without failures at --time-scale auto, then at the same factor beside a process that keeps a core
+# busy, then with free links (custom machine: the same device, infinite bandwidth, no latency).
+# python -m analysis paced prints the three and judges them (analysis/paced.py).
+PACED_BENCH_STEPS ?= 12
+PACED_BENCH_OUT   ?= $(BENCH_OUT)/paced
+PACED_BENCH_FLAGS = --preset small --seq 64 --micro-batch 8 --tp 4 --steps $(PACED_BENCH_STEPS) --timing paced \
+  --emulate-shape gpt2-xl --quiet --overwrite --no-final-checkpoint
+bench-paced: build py-deps
+	@mkdir -p $(PACED_BENCH_OUT)
+	$(MPIRUN) -np 8 $(NTPBENCH) $(PACED_BENCH_FLAGS) --machine dgx-a100 --out $(PACED_BENCH_OUT)/default.h5
+	@scale=$$($(PY) -c "import h5py, json; print(json.loads(h5py.File('$(PACED_BENCH_OUT)/default.h5', 'r').attrs['paced_machine'])['time_scale'])"); \
+	echo "time scale $$scale; a busy core beside the same run"; \
+	sh -c 'while :; do :; done' & busy=$$!; trap "kill $$busy" EXIT; \
+	$(MPIRUN) -np 8 $(NTPBENCH) $(PACED_BENCH_FLAGS) --machine dgx-a100 --time-scale $$scale \
+	  --out $(PACED_BENCH_OUT)/busy.h5 || exit 1; \
+	kill $$busy; trap - EXIT; echo "free links at time scale $$scale"; \
+	$(MPIRUN) -np 8 $(NTPBENCH) $(PACED_BENCH_FLAGS) --machine custom --device-gflops 312000 --tp-gbps 1e9 \
+	  --dp-gbps 1e9 --link-latency-us 0 --time-scale $$scale --out $(PACED_BENCH_OUT)/free.h5
+	$(PY) -m analysis paced $(PACED_BENCH_OUT)/default.h5 $(PACED_BENCH_OUT)/busy.h5 $(PACED_BENCH_OUT)/free.h5
 
 bench-bestblas: build
 	@mkdir -p $(BENCH_OUT)/bestblas

@@ -1,4 +1,4 @@
-"""Command line: python3 -m analysis {report,plot,simulate,watch,soak,revivals,stragglers,reshard} ..."""
+"""Command line: python3 -m analysis {report,plot,simulate,watch,soak,revivals,stragglers,reshard,paced} ..."""
 from __future__ import annotations
 
 import argparse
@@ -96,6 +96,20 @@ def _add_reshard(sub) -> None:
                                     "paper's prototype shapes placed on it. The rule is in analysis/reshard.py.")
     rs.add_argument("bench", nargs="+", metavar="BENCH.json", help="Google Benchmark JSON of bench_resilience")
     rs.add_argument("--plot", metavar="PNG", help="write the figure (slowdown against the ratio, fitted line) here")
+
+
+def _add_paced(sub) -> None:
+    pc = sub.add_parser("paced", help="paced timing's machine independence (make bench-paced)",
+                        description="Three runs of one paced configuration: as it is, beside a busy core, and "
+                                    "with free links at the same time scale. Prints each run's median step, "
+                                    "overrun shares and status; exits 1 unless the busy core moved the median "
+                                    "step by at most --busy-limit and free links shortened it by no more than "
+                                    "the default run's communication phases. The rule is in analysis/paced.py.")
+    pc.add_argument("default", metavar="DEFAULT.h5")
+    pc.add_argument("busy", metavar="BUSY.h5")
+    pc.add_argument("free", metavar="FREE_LINKS.h5")
+    pc.add_argument("--busy-limit", type=float, default=0.02, metavar="F",
+                    help="largest relative change of the median step a busy core may cause (default 0.02)")
 
 
 def _add_simulate(sub) -> None:
@@ -198,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_revivals(sub)
     _add_stragglers(sub)
     _add_reshard(sub)
+    _add_paced(sub)
     _add_simulate(sub)
     return p
 
@@ -225,6 +240,9 @@ def main(argv=None) -> int:
     if args.command == "reshard":
         from . import reshard
         return reshard.main(args)
+    if args.command == "paced":
+        from . import paced
+        return paced.main(args)
     if args.command == "plot":
         from . import plots
         return plots.main(args)

@@ -96,6 +96,16 @@ def recompute(run: Run) -> dict:
     out["spares_used"] = int(np.isin(kinds, ("spare", "takeover")).sum())
     out["paced_overrun_steps"] = int((s["paced_overrun"].to_numpy() == 1).sum())
     out["final_loss"] = float(s["loss"].iloc[-1]) if len(s) else math.nan
+    # Paced timing's verdict: the share of the ranks' step time real compute (every step) and real
+    # transfers (steps where no peer was expected late) ran past emulated time.
+    if "paced_overrun_seconds" in s:
+        rank_s = dt * s["live_ranks"].to_numpy(dtype=float)
+        even = s["paced_peers_uneven"].to_numpy() == 0
+        out["paced_overrun_share"] = _div(float(s["paced_overrun_seconds"].sum()), float(rank_s.sum()))
+        out["paced_link_overrun_share"] = _div(float(s["paced_link_overrun_seconds"].to_numpy()[even].sum()),
+                                               float(rank_s[even].sum()))
+    else:
+        out["paced_overrun_share"] = out["paced_link_overrun_share"] = math.nan
     assert set(out) == set(SUMMARY_KEYS)
     return out
 

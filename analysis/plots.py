@@ -41,7 +41,7 @@ import pandas as pd  # noqa: E402
 from . import metrics  # noqa: E402
 from .compare import comparability_problems  # noqa: E402
 from .report import rank_ranges  # noqa: E402
-from .runfile import Run, SchemaError, load_run  # noqa: E402
+from .runfile import Run, SchemaError, load_run, paced_status  # noqa: E402
 
 PHASE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "tp_comm": "#C44E52", "dp_comm": "#8172B2",
                 "pp_comm": "#937860", "reshard": "#CCB974", "optimizer": "#64B5CD", "recovery": "#E17C05", "revival": "#B07AA1", "idle": "#BBBBBB",
@@ -58,7 +58,9 @@ def _stem(path: str, used: set) -> str:
 
 
 def _title(run: Run) -> str:
-    return f"{run.name}: policy {run.policy}, TP {run.tp} x DP {run.dp}, {run.attrs.get('timing', '?')} timing"
+    status = paced_status(run)
+    over = " [OVERRAN: real time past emulated time]" if status == "overran" else ""
+    return f"{run.name}: policy {run.policy}, TP {run.tp} x DP {run.dp}, {run.attrs.get('timing', '?')} timing{over}"
 
 
 # Events that bring a killed rank back: a revival, or a spare taking its place.
@@ -299,6 +301,11 @@ def make_plots(paths: list[str], out_dir: str) -> list[str]:
     warnings = comparability_problems(runs)
     for w in warnings:
         print(f"warning: runs not comparable on one absolute axis: {w}", file=sys.stderr)
+    overran = [f"{run.name} overran (paced: real time past emulated time)" for run in runs
+               if paced_status(run) == "overran"]
+    for w in overran:
+        print(f"warning: {w}", file=sys.stderr)
+    warnings += overran
     written, used = [], set()
     labels = []
     for run in runs:

@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 
 from . import metrics
-from .runfile import SchemaError, load_run
+from .runfile import SchemaError, load_run, paced_status
 
 # (column, header, format)
 COLUMNS = [
@@ -121,7 +121,7 @@ def run_row(path: str) -> tuple[dict, list[str]]:
     elif problems:
         status = f"SUMMARY MISMATCH ({len(problems)})"
     else:
-        status = "ok"
+        status = paced_status(run)  # ok, or overran: this machine, not the emulated one, set its times
     row = {"file": path, "policy": run.policy, "layout": f"{run.tp}x{run.pp}x{run.dp}",
            "tp": run.tp, "pp": run.pp, "dp": run.dp, "ranks": run.ranks, "timing": run.attrs.get("timing", "?"),
            "complete": run.complete}

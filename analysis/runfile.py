@@ -45,12 +45,20 @@ SUMMARY_KEYS = (
     "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
     "recovery_recompute_seconds", "recovery_lost_seconds", "recovery_repair_seconds", "heal_bytes",
     "paced_overrun_steps", "final_loss", "recovery_spawn_seconds", "recovery_spare_seconds", "spares_used",
-    "training_steps",
+    "training_steps", "paced_overrun_share", "paced_link_overrun_share",
 )
 # Figures files written before them lack: not recomputed against those files' /summary.
-LATER_SUMMARY_KEYS = ("recovery_spawn_seconds", "recovery_spare_seconds", "spares_used", "training_steps")
+LATER_SUMMARY_KEYS = ("recovery_spawn_seconds", "recovery_spare_seconds", "spares_used", "training_steps",
+                      "paced_overrun_share", "paced_link_overrun_share")
 # Replica states in /replicas/state.
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
+
+
+def paced_status(run) -> str:
+    """`overran` when a paced run's real time ran past its emulated time beyond the limit (/summary
+    `status`, results/README.md), else `ok` (wall timing, and files from before the verdict)."""
+    status = (run.summary or {}).get("status", "ok")
+    return status.decode() if isinstance(status, bytes) else str(status)
 
 
 class SchemaError(ValueError):

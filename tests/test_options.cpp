@@ -123,9 +123,18 @@ TEST(Options, EveryFlagHasANonDefaultValueInThisTest) {
 TEST(Options, EveryFlagReachesItsFieldAndSurvivesTheJsonRecord) {
   const Options o = parse(non_default_values());
   const Options defaults;
+  // --machine: its other value (a named machine) refuses custom's rates, which the line above sets.
+  const std::map<std::string, std::string> apart = {{"--machine", "dgx-h100"}};
   for (const OptionSpec& s : option_table())
-    EXPECT_NE(field_value(s, o), field_value(s, defaults))
-        << (s.flag.empty() ? s.key : s.flag) << " did not change its field from the default";
+    if (!apart.count(s.flag))
+      EXPECT_NE(field_value(s, o), field_value(s, defaults))
+          << (s.flag.empty() ? s.key : s.flag) << " did not change its field from the default";
+  for (const auto& [flag, value] : apart) {
+    const Options one = parse({{flag, value}});
+    const OptionSpec& s = option_spec(flag);
+    EXPECT_EQ(field_value(s, one), value) << flag;
+    EXPECT_EQ(field_value(s, options_from_json(nlohmann::json::parse(to_json(one).dump()))), value) << flag;
+  }
   // What is recorded comes back as it was; what concerns one invocation only is not recorded (a
   // new option is recorded unless it joins this list) and comes back as the default.
   const std::set<std::string> one_invocation = {"--overwrite", "--replay", "--replay-tol", "--quiet", "--check"};

@@ -20,8 +20,11 @@ STEP_DTYPE = np.dtype([
     ("step", "<i8"), ("optimizer_step", "<i8"), ("t_start", "<f8"), ("t_end", "<f8"), ("sample_begin", "<i8"), ("samples", "<i8"),
     ("tokens", "<i8"), ("tokens_committed", "<i8"), ("loss", "<f8"), ("grad_norm", "<f8"), ("lr", "<f8"),
     ("flops", "<f8"), ("mfu", "<f8"), ("live_ranks", "<i4"), ("active_replicas", "<i4"),
-    ("recovery_seconds", "<f8"), ("idle_seconds", "<f8"), ("paced_overrun", "i1"),
+    ("recovery_seconds", "<f8"), ("idle_seconds", "<f8"), ("paced_overrun", "i1"), ("paced_link_overruns", "<i4"),
+    ("paced_overrun_seconds", "<f8"), ("paced_link_overrun_seconds", "<f8"), ("paced_peers_uneven", "i1"),
 ])
+OVERRUN_S = 0.002       # compute seconds past emulated time in an overrun step (over the ranks)
+LINK_OVERRUN_S = 0.001  # transfer seconds past emulated time in a damaged step (a late peer)
 EVENT_DTYPE = np.dtype([
     ("time", "<f8"), ("step", "<i8"), ("kind", "S16"), ("rank", "<i4"), ("replica", "<i4"),
     ("bytes", "<f8"), ("duration", "<f8"), ("detail", "S96"),
@@ -89,7 +92,7 @@ def write_run(path, *, policy="ntp", tp=2, dp=2, steps=12, kill_step=None, kill_
             first_seen.add(s)
             rows.append((i + 1, s, t, t + dt, cursor, samples, samples * T, committed, 5.5 - 0.01 * s, 1.5, 3e-4,
                          FLOPS_PER_TOKEN * samples * T, 0.0, ranks, dp, pending_recovery, pending_idle,
-                         1 if s in overrun_steps else 0))
+                         1 if s in overrun_steps else 0, 0, OVERRUN_S if s in overrun_steps else 0.0, 0.0, 0))
             tp_rows.append([tp] * dp)
             batch_rows.append([MICRO] * dp)
             state_rows.append([0] * dp)
@@ -135,7 +138,8 @@ def write_run(path, *, policy="ntp", tp=2, dp=2, steps=12, kill_step=None, kill_
             live = ranks - (1 if dead else 0)
             rows.append((s, s, t, t + dt, cursor, samples, samples * T, samples * T, 5.5 - 0.01 * s, 1.5, 3e-4,
                          FLOPS_PER_TOKEN * samples * T, 0.0, live, sum(1 for x in batches if x), recovery, 0.0,
-                         1 if s in overrun_steps else 0))
+                         1 if s in overrun_steps else 0, 1 if dead else 0, OVERRUN_S if s in overrun_steps else 0.0,
+                         LINK_OVERRUN_S if dead else 0.0, 1 if dead and policy != "dp-drop" else 0))
             tp_rows.append(tps)
             batch_rows.append(batches)
             state_rows.append(states)
@@ -219,4 +223,13 @@ def _summary(st, state, ev, wall, ranks):
         "paced_overrun_steps": int((st["paced_overrun"] == 1).sum()), "final_loss": float(st["loss"][-1]),
         "recovery_spawn_seconds": dur("spawn"), "recovery_spare_seconds": dur("spare") + dur("takeover"),
         "spares_used": int(((kinds == "spare") | (kinds == "takeover")).sum()) if len(ev) else 0,
+        # Paced timing's verdict: overrun seconds over the ranks' step time (transfers: steps
+        # without expected late peers only).
+        "paced_overrun_share": float(st["paced_overrun_seconds"].sum() / (dt * st["live_ranks"]).sum()),
+        "paced_link_overrun_share": _share(st["paced_link_overrun_seconds"], dt * st["live_ranks"],
+                                           st["paced_peers_uneven"] == 0),
     }
+
+
+def _share(seconds, rank_seconds, judged):
+    return float(seconds[judged].sum() / rank_seconds[judged].sum()) if judged.any() else float("nan")

@@ -6,8 +6,8 @@
 #
 # RANKS: -n/-np, else $RANKS, else 8 (TP 4 x DP 2, what jobs/schedules assume). Everything else goes to
 # ntpbench. Defaults it adds, each only when you did not give that flag yourself:
-#   - ranks > cores (nproc): mpirun --oversubscribe --bind-to none, and ntpbench --timing paced (real
-#     wall time means nothing when ranks share cores; see DESIGN.md "Timing");
+#   - ranks > cores (nproc): mpirun --oversubscribe --bind-to none, and ntpbench --timing paced
+#     --time-scale auto (real wall time means nothing when ranks share cores; README "Timing");
 #   - ranks <= cores: --bind-to core --map-by core (one rank per core);
 #   - ranks >= cores: one BLAS/OpenMP thread per rank (-x OMP_NUM_THREADS=1, ntpbench --threads 1);
 #     fewer ranks than cores: cores/ranks threads each;
@@ -65,6 +65,7 @@ if ((RANKS > CORES)); then
   mpi+=(--oversubscribe --bind-to none)
   export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}   # no busy-polling on shared cores
   has_flag timing || extra+=(--timing paced)
+  has_flag timing || has_flag time-scale || extra+=(--time-scale auto)   # rates slowed until real work fits
   note="$RANKS ranks > $CORES cores: oversubscribed, unbound$(has_flag timing || echo ', paced timing')"
 else
   mpi+=(--bind-to core --map-by core)

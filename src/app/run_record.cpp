@@ -98,6 +98,22 @@ void RunRecord::set_rank_row(int rank, const std::array<double, kPhaseCount>& ph
   usage_rows_[rank] = usage;
 }
 
+namespace {
+// Whether some rank's peers are expected to wait on it this step, as they would on the real
+// machine: a slowed rank, replicas not alike (degrees, layouts, a boost), or a TP group whose
+// shards differ in size (4 heads over 3 ranks: 2, 1, 1).
+bool peers_uneven(const Configuration& cfg, bool slowed) {
+  if (slowed || !cfg.uniform()) return true;
+  for (const ReplicaPlan& r : cfg.replicas) {
+    if (!r.active()) continue;
+    if (r.speed != 1.0) return true;
+    for (const ShardMap* m : {&r.layout.heads, &r.layout.mlp, &r.layout.vocab})
+      if (m->units() % r.degree() != 0) return true;
+  }
+  return false;
+}
+}  // namespace
+
 void RunRecord::record_step(const Attempt& a, int group_size) {
   const int s = a.step;
   const StepResult& r = a.r;
@@ -132,7 +148,7 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
                     .paced_link_overruns = r.link_overruns,
                     .paced_overrun_seconds = r.overrun_seconds,
                     .paced_link_overrun_seconds = r.link_overrun_seconds,
-                    .paced_peers_uneven = static_cast<std::int8_t>(a.slowed || !cfg.uniform())};
+                    .paced_peers_uneven = static_cast<std::int8_t>(peers_uneven(cfg, a.slowed))};
   ReplicaRow rr;
   for (const auto& rp : cfg.replicas) {
     rr.tp_degree.push_back(rp.active() ? rp.degree() : 0);

@@ -253,11 +253,11 @@ std::vector<OptionSpec> failure_options() {
       {.flag = "--machine", .key = "pacing/machine", .field = NTP_FIELD(machine),
        .help = "Paced: the machine each rank emulates one GPU of: dgx-a100, dgx-h100 or gb200-nvl72 (device FLOP/s, "
                "NVLink and NIC bandwidth, latency; src/timing/machine_profile.cpp names the sources), or custom "
-               "(the rates of --device-gflops, --tp-gbps, --dp-gbps and --link-latency-us; implied by any of them)",
+               "(the default: the rates of --device-gflops, --tp-gbps, --dp-gbps and --link-latency-us)",
        .check = Check::OneOf, .choices = machine_names(), .missing = Missing::Legacy, .legacy = "custom"},
       {.flag = "--time-scale", .key = "pacing/time_scale", .field = NTP_FIELD(time_scale),
        .help = "Paced: every rate of the machine is slowed by this one factor, so every ratio stays the machine's. "
-               "auto (the default; 1 with --machine custom): measured at start-up, the smallest power of 2 at "
+               "auto (the default for a named machine; custom's is 1): measured at start-up, the smallest power of 2 at "
                "which this machine's real compute and transfers take at most 1/--headroom of their emulated time",
        .missing = Missing::Legacy, .legacy = "1"},
       {.flag = "--headroom", .key = "pacing/headroom", .field = NTP_FIELD(headroom),

@@ -64,7 +64,7 @@ struct Options {
   // given), the factor every rate is slowed by ("auto" until calibrated at start-up, then the
   // number), the headroom auto leaves, the precision of the profile's FLOP/s, and the preset whose
   // costs are charged (--emulate-shape; "none": the model's own).
-  std::string machine = "dgx-a100";
+  std::string machine = "custom";
   std::string time_scale = "auto";
   double headroom = 2.0;
   std::string emulated_precision = "bf16";

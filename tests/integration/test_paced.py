@@ -6,9 +6,14 @@ The model divides evenly at TP 3 and TP 4 (12 heads, 384 MLP columns, 240 vocabu
 damaged rank's share is exactly 4/3 of a healthy one's; the emulated device is slow enough that
 paced compute dominates the real (oversubscribed) communication.
 """
+import json
+import subprocess
+import sys
+
+import h5py
 import pytest
 
-from conftest import damaged_throughput_ratio, ntpbench, schedule
+from conftest import ROOT, damaged_throughput_ratio, ntpbench, schedule
 
 MODEL = ["--preset", "tiny", "--heads", 12, "--hidden", 96, "--vocab", 240, "--micro-batch", 4, "--tp", 4]
 PACED = ["--timing", "paced", "--device-gflops", 0.05, "--boost", 1.3]
@@ -25,3 +30,69 @@ def test_damaged_throughput_ratio(tmp_path, policy):
     print(f"{policy}: damaged/healthy tokens per emulated second {ratio:.4f} (expected {EXPECTED[policy]:.4f}), "
           f"overruns {overruns}")
     assert ratio == pytest.approx(EXPECTED[policy], rel=0.05)
+
+
+def paced_machine(path):
+    with h5py.File(path, "r") as f:
+        return json.loads(f.attrs["paced_machine"]), {k: v for k, v in f["summary"].attrs.items()}
+
+
+def test_a_named_machine_at_an_automatic_scale_fits(tmp_path):
+    """--machine dgx-a100 at --time-scale auto (its default): a power of 2 measured at start, every
+    rate the profile's over it, and the run judged ok (no real time past emulated time beyond 1%)."""
+    out = tmp_path / "auto.h5"
+    p = ntpbench(4, "--preset", "tiny", "--tp", 2, "--steps", 4, "--timing", "paced", "--machine", "dgx-a100",
+                 "--emulate-shape", "gpt2",
+                 "--out", out, "--no-final-checkpoint")
+    banner = next(l for l in p.stdout.splitlines() if l.startswith("paced: "))
+    assert banner.startswith("paced: dgx-a100 (bf16 312 TFLOP/s"), banner
+    m, summary = paced_machine(out)
+    scale = m["time_scale"]
+    assert m["time_scale_chosen"] == "auto" and m["calibration"]["fits"], m
+    assert scale >= 1 and float(scale).is_integer() and (int(scale) & (int(scale) - 1)) == 0, scale
+    assert m["device_gflops"] == pytest.approx(312e3 / scale)
+    assert m["scale_up_gbps"] == pytest.approx(300 / scale) and m["scale_out_gbps"] == pytest.approx(25 / scale)
+    assert m["latency_us"] == pytest.approx(5 * scale)
+    assert m["charge"]["flops"] > 1 and m["charge"]["element_bytes"] == 0.5
+    # The last trial fit with the headroom: real work at most half of emulated time.
+    assert m["calibration"]["trials"][-1]["worst_ratio"] <= 0.5
+    status = summary["status"]
+    assert (status.decode() if isinstance(status, bytes) else status) == "ok", (summary, p.stdout)
+
+
+def test_a_forced_overrun_is_reported_everywhere(tmp_path):
+    """An H100 at its own speed (--time-scale 1) cannot be emulated here: the summary, the closing
+    line and the report all say overran."""
+
+
+    out = tmp_path / "overran.h5"
+    p = ntpbench(2, "--preset", "tiny", "--tp", 2, "--steps", 3, "--timing", "paced", "--machine", "dgx-h100",
+                 "--time-scale", 1, "--out", out, "--no-final-checkpoint")
+    assert "paced timing OVERRAN" in p.stdout and "--time-scale" in p.stdout, p.stdout
+    m, summary = paced_machine(out)
+    assert m["time_scale_chosen"] == "given" and m["time_scale"] == 1
+    status = summary["status"]
+    assert (status.decode() if isinstance(status, bytes) else status) == "overran", summary
+    assert summary["paced_overrun_share"] > 0.01
+
+    rep = subprocess.run([sys.executable, "-m", "analysis", "report", str(out)], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert "overran" in rep.stdout, rep.stdout + rep.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--machine", "dgx-a100", "--device-gflops", 3], "--device-gflops is a rate of --machine custom, but --machine "
+                                                       "dgx-a100 has its own"),
+    (["--machine", "dgx-a100", "--time-scale", "0"], "--time-scale must be auto or a number above 0, not '0'"),
+    (["--time-scale", "fast"], "--time-scale must be auto or a number above 0, not 'fast'"),
+])
+def test_a_machine_that_cannot_be_emulated_is_refused(tmp_path, flags, message):
+    p = ntpbench(1, "--preset", "tiny", "--tp", 1, "--steps", 2, "--timing", "paced", *flags,
+                 "--out", tmp_path / "x.h5", check=False)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_an_emulated_shape_needs_paced_timing(tmp_path):
+    p = ntpbench(1, "--preset", "tiny", "--tp", 1, "--steps", 2, "--emulate-shape", "gpt2",
+                 "--out", tmp_path / "x.h5", check=False)
+    assert p.returncode == 2 and "--emulate-shape charges paced time: it needs --timing paced" in p.stderr, p.stderr
