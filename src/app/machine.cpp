@@ -141,6 +141,13 @@ int configure_threads(int requested, Comm& group) {
   }
   openblas_set_num_threads(n);
   omp_set_num_threads(n);
+  // Both pools must be what was set: the OpenMP build of OpenBLAS runs its calls on OpenMP's
+  // threads, and a BLAS built for fewer threads (MAX_THREADS) or a pthread build beside OpenMP
+  // would silently compute with another count than the one recorded.
+  const int blas = openblas_get_num_threads(), omp = omp_get_max_threads();
+  if ((blas != n || omp != n) && group.rank() == 0)
+    std::fprintf(stderr, "ntpbench: warning: %d thread(s) per rank were set, but OpenBLAS runs %d and OpenMP %d (%s)\n",
+                 n, blas, omp, openblas_get_config());
   return n;
 }
 
