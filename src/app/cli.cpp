@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -28,6 +29,18 @@ CLI::Validator finite() {
         return {};
       },
       "", "FINITE");
+}
+
+// A number above 0 (or 0 and above): CLI11's own checks print the whole range up to DBL_MAX.
+CLI::Validator at_least(bool zero) {
+  return CLI::Validator(
+      [zero](std::string& in) -> std::string {
+        long double v = 0;
+        if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not a number";
+        if (zero ? v < 0 : v <= 0) return std::string("must be ") + (zero ? "0 or more" : "above 0") + ", not " + in;
+        return {};
+      },
+      zero ? "NONNEGATIVE" : "POSITIVE", "");
 }
 
 // Text typed for a TextField option (the model family, the lr schedule), by flag.
@@ -61,8 +74,8 @@ void add_spec(CLI::App& app, const OptionSpec& s, Options& o, TextValues& text) 
   CLI::Option* opt = add_field(app, s, o, text);
   switch (s.check) {
     case Check::None: break;
-    case Check::Positive: opt->check(CLI::PositiveNumber); break;
-    case Check::NonNegative: opt->check(CLI::NonNegativeNumber); break;
+    case Check::Positive: opt->check(at_least(false)); break;
+    case Check::NonNegative: opt->check(at_least(true)); break;
     case Check::Range: break;  // add_field, in the field's type
     case Check::OneOf: opt->check(CLI::IsMember(s.choices)); break;
     case Check::ExistingFile: opt->check(CLI::ExistingFile); break;
@@ -196,6 +209,17 @@ ParseResult parse_options(int argc, char** argv, bool print, int world_size) {
   } catch (const CLI::CallForHelp& e) {
     if (print) app.exit(e);
     return {std::nullopt, 0};
+  } catch (const CLI::ExtrasError& e) {
+    // CLI11 lists what it did not expect; a misspelt flag gets the one it most likely meant.
+    if (print) {
+      std::string hint;
+      for (const std::string& a : app.remaining())
+        if (a.rfind("--", 0) == 0)
+          if (const std::string f = closest_flag(a.substr(2, a.find('=') - 2)); !f.empty())
+            hint += " (" + a + ": did you mean --" + f + "?)";
+      std::fprintf(stderr, "%s%s\nRun with --help for more information.\n", e.what(), hint.c_str());
+    }
+    return {std::nullopt, 2};
   } catch (const CLI::ConfigError& e) {
     if (print) app.exit(CLI::ConfigError(explain_config_error(e.what(), app.get_config_ptr()->results())));
     return {std::nullopt, 2};

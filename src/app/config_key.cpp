@@ -10,20 +10,18 @@ namespace ntp {
 
 namespace {
 
-// Levenshtein distance: insertions, deletions and substitutions.
+// Edit distance: insertions, deletions, substitutions and swaps of two neighbours ("stesp" is one
+// edit from "steps"), each counting 1 (optimal string alignment).
 std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
     for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
-  }
-  return row[b.size()];
+  return d[a.size()][b.size()];
 }
 
 std::string trim(const std::string& s, const char* chars = " \t\r") {
@@ -65,7 +63,8 @@ std::string closest_flag(const std::string& name) {
     if (s.flag.size() < 3) continue;
     const std::string flag = s.flag.substr(2);
     const std::size_t d = edit_distance(wanted, flag);
-    if (d < best_distance && d < std::max<std::size_t>(flag.size() / 2, 1)) best = flag, best_distance = d;
+    // Within half the flag's length, and one edit always counts (`tpp` for `tp`).
+    if (d < best_distance && d < std::max<std::size_t>(flag.size() / 2, 2)) best = flag, best_distance = d;
   }
   return best;
 }

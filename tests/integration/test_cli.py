@@ -54,10 +54,14 @@ def test_bad_schedule_never_starts(tmp_path, case):
     (["--precision", "bf16"], "--precision bf16 needs --backend cuda; --backend cpu computes in fp32 only"),
     (["--precision", "bf16", "--backend", "cpu"], "--precision bf16 needs --backend cuda"),
     (["--precision", "fp16"], "--precision"),
+    (["--steps", 0], "--steps: must be above 0, not 0"),
+    (["--stesp", 4], "(--stesp: did you mean --steps?)"),
+    (["--tpp", 2], "(--tpp: did you mean --tp?)"),
 ])
 def test_bad_flags_are_refused(tmp_path, args, message):
     out = tmp_path / "run.h5"
-    p = ntpbench(4, "--preset", "tiny", *args, "--steps", 2, "--out", out, check=False)
+    steps = [] if "--steps" in args else ["--steps", 2]
+    p = ntpbench(4, "--preset", "tiny", *args, *steps, "--out", out, check=False)
     assert p.returncode != 0
     assert message in p.stderr + p.stdout, p.stderr + p.stdout
     assert not out.exists()

@@ -57,6 +57,9 @@ def test_an_unknown_config_key_names_file_line_and_the_flag_meant(tmp_path):
     cfg.write_text("stepz = 4\n")
     p = ntpbench(2, "--config", cfg, "--out", tmp_path / "run.h5", check=False)
     refused_once(p, f"{cfg}:1: unknown key 'stepz' (did you mean 'steps'?)")
+    cfg.write_text("tpp = 2\n")  # one edit from a two-letter flag
+    p = ntpbench(2, "--config", cfg, "--out", tmp_path / "run.h5", check=False)
+    refused_once(p, f"{cfg}:1: unknown key 'tpp' (did you mean 'tp'?)")
     cfg.write_text("steps = 2\n[model]\nhidden = 64\n")
     p = ntpbench(2, "--config", cfg, "--out", tmp_path / "run.h5", check=False)
     refused_once(p, f"{cfg}:2: unknown section [model] (flags are top-level keys")
