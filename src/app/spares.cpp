@@ -143,8 +143,16 @@ int run_spare(SparePool& pool) {
     try {
       plan = nlohmann::json::parse(pool.exchange(""));
     } catch (const PeerFailure&) {
-      // A death somewhere in the job: every member of the pool repairs it together.
-      pool.repair();
+      // A death somewhere in the job: every member of the pool repairs it together, in as many
+      // passes as the trainers make: a death during the repair (after the shrink) fails the next
+      // collective here too, and the trainers start another pass.
+      for (;;) {
+        try {
+          pool.repair();
+          break;
+        } catch (const PeerFailure&) {
+        }
+      }
       if (!pool.any_trainer()) return 0;  // the job is over: nobody is left to hand this spare a rank
       continue;
     }

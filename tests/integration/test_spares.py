@@ -164,3 +164,23 @@ def test_spares_that_cannot_work_are_refused(tmp_path, flags, message):
     assert p.returncode == 2 and message in p.stderr, p.stderr
     assert p.stderr.count("ntpbench: error") == 1, p.stderr
     assert not (tmp_path / "x.h5").exists()
+
+
+def test_a_death_in_the_repair_of_a_takeover_during_a_rebalance(tmp_path):
+    """Every failure kind at once: rank 2 slowed and rebalanced around, then rank 5 dies before its
+    update and rank 4 in the repair of that death. The spares' own repair of the pool met the
+    second death and left the job (`MPI_Allgather: communicator revoked`), and the trainers waited
+    for them until killed; now the spares repair in as many passes as the trainers do, take both
+    ranks, and the run finishes, records both deaths and replays."""
+    out = tmp_path / "chaos.h5"
+    text = ("events:\n  - {step: 3, slow: [2], factor: 3.0}\n  - {step: 5, kill: [5], at: optimizer}\n"
+            "  - {step: 5, kill: [4], at: repair}\n  - {step: 11, slow: [2], factor: 1.0}\n")
+    ntpbench(12, "--preset", "tiny", "--heads", 8, "--hidden", 128, "--tp", 4, "--steps", 14, "--policy", "ntp",
+             "--kill-mode", "signal", "--failure-timeout", 1.5, "--timing", "paced", "--straggler-threshold", 1.3,
+             "--straggler-window", 2, "--straggler-policy", "rebalance", "--spares-per-host", 4, "--spare-use",
+             "takeover", "--schedule", schedule(tmp_path, text), "--out", out, "--quiet", timeout=180)
+    ev = events(out)
+    assert sorted(r for _, k, r in ev if k == "kill") == [4, 5], ev
+    assert sorted(r for _, k, r in ev if k == "takeover") == [4, 5], ev
+    assert len(steps(out)) == 14
+    replay(out)

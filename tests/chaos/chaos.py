@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Chaos: seeded schedules that mix every failure kind at once (make chaos).
+
+Each seed draws a job (policy, spares, straggler policy, TP x DP or TP x PP x DP, gpt2 or llama)
+and a schedule of explicit events: kills at every phase (start, forward, backward, sync,
+optimizer, and `repair`: in the repair of another kill of its step), hangs, slow episodes, several
+in one step, each killed rank revived some steps later. The run goes under real kills (ULFM) with a
+deadline, and must:
+
+- exit 0 (or 3: failures left no replica able to train, the documented outcome);
+- leave no process of its own behind;
+- record every death once: a `kill` event per scheduled kill and hang, and as many ended
+  incarnations in /ranks/incarnations as deaths (each death ends one process);
+- replay on one rank (`ntpbench --replay`: AGREES);
+- have a /summary that `analysis report` recomputes from the rows (its parts add up).
+
+One line per seed, a table at the end, and for each failing seed the command that reproduces it.
+Usage: chaos.py BUILD_DIR OUT_DIR --seeds N [--first S] [--steps K] [--timeout SECONDS]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import random
+import shlex
+import subprocess
+import sys
+import time
+
+import h5py
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PHASES = ("start", "forward", "backward", "sync", "optimizer")
+SPARES = 3  # spare processes of a job with spares, and so its most deaths (one spare each)
+
+
+def draw_job(rng: random.Random) -> dict:
+    """The axes that matter, one value each."""
+    layout = rng.choice(["tp4dp2", "tp2pp2dp2"])
+    return {
+        "policy": rng.choice(["ntp", "ntp-pw", "dp-drop", "restart"]),
+        "spares": rng.choice(["none", "revive", "takeover"]),
+        "straggler": rng.choice(["tolerate", "evict", "rebalance"]),
+        "layout": layout,
+        "model": rng.choice(["gpt2", "llama"]),
+    }
+
+
+def draw_schedule(rng: random.Random, ranks: int, steps: int, max_deaths: int) -> list[dict]:
+    """Explicit events a valid schedule accepts: a rank is killed only while alive, revived only
+    while dead, has at most one event a step, and every death is revived before the end; fewer
+    than half the ranks dead at once, at most `max_deaths` in all (a job with spares has one per
+    death)."""
+    deaths = 0
+    dead_until: dict[int, int] = {}  # rank -> the step of its revival
+    slow_until: dict[int, int] = {}  # rank -> the step its slow episode ends
+    events: list[dict] = []
+    for step in range(3, steps - 1):
+        busy = set()  # ranks with an event this step
+        for r in [r for r, back in dead_until.items() if back == step]:
+            events.append({"step": step, "revive": [r]})
+            del dead_until[r]
+            busy.add(r)
+        for r in [r for r, end in slow_until.items() if end == step]:
+            if r not in dead_until and r not in busy:
+                events.append({"step": step, "slow": [r], "factor": 1.0})
+                busy.add(r)
+            del slow_until[r]
+        if step >= steps - 4:
+            continue  # the last steps only revive and end episodes
+        alive = [r for r in range(ranks) if r not in dead_until and r not in busy]
+        room = lambda: len(dead_until) < ranks // 2 - 1 and deaths < max_deaths  # noqa: E731
+        if rng.random() < 0.35 and alive and room():
+            victim = rng.choice(alive)
+            kind = "hang" if rng.random() < 0.2 else "kill"
+            events.append({"step": step, kind: [victim], "at": rng.choice(PHASES)})
+            deaths += 1
+            dead_until[victim] = min(steps - 2, step + rng.randint(2, 6))
+            slow_until.pop(victim, None)  # a replacement starts at full speed
+            alive.remove(victim)
+            # A second death in the repair of the first.
+            if kind == "kill" and alive and rng.random() < 0.3 and room():
+                second = rng.choice(alive)
+                events.append({"step": step, "kill": [second], "at": "repair"})
+                deaths += 1
+                dead_until[second] = min(steps - 2, step + rng.randint(2, 6))
+                slow_until.pop(second, None)
+        elif rng.random() < 0.2:
+            calm = [r for r in alive if r not in slow_until]
+            if calm:
+                r = rng.choice(calm)
+                events.append({"step": step, "slow": [r], "factor": rng.choice([2.0, 3.0])})
+                slow_until[r] = min(steps - 2, step + rng.randint(2, 5))
+    events.sort(key=lambda e: e["step"])
+    return events
+
+
+def yaml_of(events: list[dict]) -> str:
+    def one(e):
+        parts = []
+        for k, v in e.items():
+            parts.append(f"{k}: {list(v) if isinstance(v, list) else v}")
+        return "  - {" + ", ".join(parts) + "}"
+    return "events:\n" + "\n".join(one(e) for e in events) + "\n"
+
+
+def command(build: pathlib.Path, job: dict, steps: int, schedule: pathlib.Path, out: pathlib.Path) -> list[str]:
+    mpirun = str(ROOT / ".venv/bin/mpirun")
+    trainers = 8
+    spares = 0 if job["spares"] == "none" else SPARES
+    procs = trainers + spares
+    model = (["--preset", "tiny", "--heads", "8", "--hidden", "128"] if job["model"] == "gpt2"
+             else ["--preset", "llama-tiny"])
+    layout = ["--tp", "4"] if job["layout"] == "tp4dp2" else ["--tp", "2", "--pp", "2", "--micro-batches", "2"]
+    cmd = [mpirun, "--with-ft", "ulfm", "--oversubscribe", "-np", str(procs), "-x", "OMP_NUM_THREADS=1",
+           str(build / "ntpbench"), *model, *layout, "--steps", str(steps), "--policy", job["policy"],
+           "--kill-mode", "signal", "--failure-timeout", "1.5", "--timing", "paced", "--device-gflops", "0.5",
+           "--schedule", str(schedule), "--checkpoint-every", "4", "--quiet", "--overwrite", "--out", str(out)]
+    if job["straggler"] != "tolerate":
+        cmd += ["--straggler-threshold", "1.3", "--straggler-window", "2", "--straggler-policy", job["straggler"]]
+    if spares:
+        cmd += ["--spares-per-host", str(spares), "--spare-use", job["spares"]]
+    return cmd
+
+
+def leftover(out: pathlib.Path) -> list[str]:
+    p = subprocess.run(["pgrep", "-af", str(out)], capture_output=True, text=True)
+    return [l for l in p.stdout.splitlines() if "pgrep" not in l]
+
+
+def check(build: pathlib.Path, out: pathlib.Path, events: list[dict], rc: int, log: str) -> list[str]:
+    problems = []
+    if rc not in (0, 3):
+        problems.append(f"exit {rc}")
+    if not out.exists():
+        return problems + ["no results file"]
+    try:
+        with h5py.File(out, "r") as f:
+            ev = f["events"][()]
+            kinds = [k.decode() for k in ev["kind"]]
+            kills = sorted(int(r) for r, k in zip(ev["rank"], kinds) if k == "kill")
+            inc = f["ranks/incarnations"][()]
+            ended = int((~(inc["t_end"] != inc["t_end"])).sum())  # not NaN
+            complete = "summary" in f
+    except (OSError, KeyError) as e:
+        return problems + [f"unreadable results: {e}"]
+    scheduled = sorted(r for e in events for k in ("kill", "hang") for r in e.get(k, []))
+    if kills != scheduled and not (len(kills) > len(scheduled) and all(kills.count(r) >= scheduled.count(r)
+                                                                       for r in set(scheduled))):
+        problems.append(f"kill events {kills} for scheduled deaths {scheduled}")
+    if ended < len(kills):
+        problems.append(f"{ended} incarnations ended for {len(kills)} deaths")
+    if rc == 0 and not complete:
+        problems.append("no /summary")
+    if rc == 0:
+        rep = subprocess.run([str(build / "ntpbench"), "--replay", str(out), "--quiet"], capture_output=True,
+                             text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if rep.returncode != 0 or "AGREES" not in rep.stdout:
+            problems.append("replay: " + (rep.stdout + rep.stderr).strip().splitlines()[-1][:200])
+        report = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out)],
+                                capture_output=True, text=True, cwd=ROOT, timeout=300)
+        if report.returncode != 0:
+            problems.append("report: " + report.stderr.strip()[-200:])
+    return problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("build", type=pathlib.Path)
+    ap.add_argument("out", type=pathlib.Path)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--timeout", type=int, default=300, help="deadline of one run, seconds")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1",
+           "PRTE_MCA_prte_allowed_exit_without_sync": "1", "PRTE_MCA_state_base_recoverable": "1"}
+    rows, failed = [], []
+    for seed in range(a.first, a.first + a.seeds):
+        rng = random.Random(seed)
+        job = draw_job(rng)
+        ranks = 8
+        events = draw_schedule(rng, ranks, a.steps, max_deaths=SPARES if job["spares"] != "none" else 8)
+        schedule = a.out / f"seed{seed}.yaml"
+        schedule.write_text(yaml_of(events))
+        out = a.out / f"seed{seed}.h5"
+        cmd = command(a.build, job, a.steps, schedule, out)
+        t0 = time.time()
+        try:
+            p = subprocess.run([str(ROOT / "tests/timeout_with_stacks.sh"), str(a.timeout), *cmd], env=env,
+                               capture_output=True, text=True, timeout=a.timeout + 120)
+            rc, log = p.returncode, p.stdout + p.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, log = 124, str(e)
+        (a.out / f"seed{seed}.log").write_text(log)
+        problems = ["hung (deadline)"] if rc == 124 else check(a.build, out, events, rc, log)
+        left = leftover(out)
+        if left:
+            problems.append(f"{len(left)} process(es) left behind")
+            subprocess.run(["pkill", "-9", "-f", str(out)])
+        kinds = sorted({k for e in events for k in e if k not in ("step", "at", "factor")})
+        line = (f"seed {seed:>4}: {job['policy']:<7} spares {job['spares']:<8} stragglers {job['straggler']:<9} "
+                f"{job['layout']:<9} {job['model']:<5} {len(events):>2} events ({','.join(kinds)}) "
+                f"{time.time() - t0:6.1f} s  {'ok' if not problems else 'FAIL: ' + '; '.join(problems)}")
+        print(line, flush=True)
+        rows.append((seed, job, problems))
+        if problems:
+            failed.append((seed, cmd, problems))
+    print(f"\n{len(rows) - len(failed)} of {len(rows)} seeds passed")
+    for seed, cmd, problems in failed:
+        print(f"seed {seed}: {'; '.join(problems)}\n  {shlex.join(cmd)}\n  log: {a.out}/seed{seed}.log")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
