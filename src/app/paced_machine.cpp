@@ -85,9 +85,13 @@ std::string describe_paced_machine(const Options& o, const Calibration* calibrat
                         o.emulated_precision, machine_profile(o.machine).tflops(o.emulated_precision),
                         machine_profile(o.machine).scale_up_gbps, machine_profile(o.machine).scale_out_gbps,
                         machine_profile(o.machine).latency_us);
+  // The worst ratio measured at the factor chosen (the last trial there).
+  double at_chosen = 0;
+  if (calibration)
+    for (const ScaleTrial& t : calibration->trials)
+      if (t.scale == calibration->scale) at_chosen = t.ratio;
   std::string how = calibration ? fmt::format("auto, headroom {:g}: real work at most {:.2g} of emulated time{}",
-                                              o.headroom, calibration->trials.empty() ? 0.0 : calibration->trials.back().ratio,
-                                              calibration->fits ? "" : "; NOT FOUND to fit")
+                                              o.headroom, at_chosen, calibration->fits ? "" : "; NOT FOUND to fit")
                                 : std::string("given");
   std::string shape = o.emulate_shape == "none"
                           ? std::string()
