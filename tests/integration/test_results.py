@@ -223,8 +223,8 @@ def test_paced_overruns_are_counted_with_a_scale_that_keeps_up(tmp_path):
 def test_paced_link_overruns_are_counted_per_step(tmp_path):
     """Two ranks of one TP group, one per core. Links emulated far faster than this machine's MPI
     copies (1e6 GB/s, no latency): TP all-reduces end after their emulated end (those over the 50 us
-    slack; 11-32 in 3 steps here), counted in /steps and named on the closing line. Links far slower
-    (20 ms a message): none does."""
+    slack; 11-32 in 3 steps here), counted in /steps (and on the closing line when the run overran).
+    Links far slower (20 ms a message): none does."""
     counts = {}
     for name, link in (("fast", ["--tp-gbps", 1e6, "--link-latency-us", 0]),
                        ("slow", ["--tp-gbps", 1, "--link-latency-us", 20000])):
@@ -235,10 +235,9 @@ def test_paced_link_overruns_are_counted_per_step(tmp_path):
             counts[name] = f["steps"]["paced_link_overruns"].tolist()
         named = [line for line in p.stdout.splitlines() if line.startswith("paced timing")]
         steps_with = sum(n > 0 for n in counts[name])
-        if sum(counts[name]):
-            assert len(named) == 1 and f"({sum(counts[name])} in {steps_with} steps;" in named[0], p.stdout
-        else:
-            assert not named or "(0 in 0 steps;" in named[0], p.stdout
+        # The closing line speaks only of a run that overran (1% of its step time), and then counts them.
+        if named:
+            assert f"({sum(counts[name])} in {steps_with} steps;" in named[0], p.stdout
     assert sum(counts["fast"]) > 0 and counts["slow"] == [0, 0, 0], counts
 
 
