@@ -442,29 +442,23 @@ std::string RunRecord::slots_line(int skipped_steps) const {
 // Paced timing whose real time ran past emulated time: by how much, the verdict (Recorder::
 // write_summary's rule), and a time scale that would have kept up.
 std::string RunRecord::overrun_line() const {
+  const PacedVerdict v = rec_->paced_verdict();
+  // Within the limit the run's times are the machine's: nothing to say (the seconds are in /steps).
+  if (!o_.pacing.enabled || !v.overran()) return "";
   int overrun_steps = 0, link_steps = 0;
   long long links = 0;
-  double compute_s = 0, link_s = 0, link_even_s = 0, rank_s = 0, even_rank_s = 0;
   for (const auto& row : rec_->rows()) {
-    const double rs = (row.t_end - row.t_start) * row.live_ranks;
     overrun_steps += row.paced_overrun;
     links += row.paced_link_overruns;
     link_steps += row.paced_link_overruns > 0;
-    compute_s += row.paced_overrun_seconds, link_s += row.paced_link_overrun_seconds, rank_s += rs;
-    if (!row.paced_peers_uneven) link_even_s += row.paced_link_overrun_seconds, even_rank_s += rs;
   }
-  if (!o_.pacing.enabled || (compute_s == 0 && link_s == 0)) return "";
-  const double compute_share = rank_s > 0 ? compute_s / rank_s : 0, link_share = even_rank_s > 0 ? link_even_s / even_rank_s : 0;
-  const bool overran = compute_share > kPacedOverrunLimit || link_share > kPacedOverrunLimit;
-  // Within the limit the run's times are the machine's: nothing to say (the seconds are in /steps).
-  if (!overran) return "";
   const double scale = paced_rates(o_).time_scale;
   std::string line = fmt::format(
       "paced timing OVERRAN: real compute ran {:.3g} s past emulated time ({:.2g}% of the ranks' step time, {} of {} "
       "steps); transfers {:.3g} s ({} in {} steps; {:.2g}% of the step time where no peer was expected late, the "
       "rest waits on slowed or uneven peers); the limit is {:g}% each",
-      compute_s, 100 * compute_share, overrun_steps, rec_->rows().size(), link_s, links,
-      link_steps, 100 * link_share, 100 * kPacedOverrunLimit);
+      v.compute_seconds, 100 * v.compute_share, overrun_steps, rec_->rows().size(), v.link_seconds, links,
+      link_steps, 100 * v.link_share, 100 * kPacedOverrunLimit);
   if (worst_overrun_ > 0)
     line += fmt::format("; compute needed --time-scale {:g} or more (worst phase {:.2f}x its emulated time)",
                         power_of_2_at_least(scale * worst_overrun_ * 1.1), worst_overrun_);

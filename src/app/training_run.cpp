@@ -72,9 +72,10 @@ const char* step_point_name(StepPoint p) {
 Peak find_peak(const Options& o, Comm& world, int threads) {
   const bool root = world.rank() == 0;
   if (o.peak_gflops > 0) return {o.peak_gflops, "--peak-gflops"};
-  if (o.pacing.enabled)
-    return {paced_rates(o).device_gflops, fmt::format("the emulated device (--machine {}, time scale {})", o.machine,
-                                                      paced_rates(o).time_scale)};
+  if (o.pacing.enabled) {
+    const PacingConfig r = paced_rates(o);
+    return {r.device_gflops, fmt::format("the emulated device (--machine {}, time scale {})", o.machine, r.time_scale)};
+  }
   if (o.backend != "cpu") {
     if (root) fmt::print("note: --backend {} without --peak-gflops: MFU is not reported\n", o.backend);
     return {0, "unknown: pass --peak-gflops (the device's peak) for MFU"};

@@ -355,25 +355,28 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops,
   put("spares_used", double(spares_used));
   put("heal_bytes", heal_bytes);
   put("paced_overrun_steps", double(overruns));
-  // Paced timing's verdict: real time past emulated time as a share of the ranks' step time, for
-  // compute in every step, for transfers in the steps where no peer was expected to be late (a
-  // slowed rank or an uneven layout makes its peers wait, as on the real machine).
-  double over_compute = 0, over_link = 0, over_link_even = 0, rank_seconds = 0, even_rank_seconds = 0;
-  for (const auto& r : rows_) {
-    const double rank_s = (r.t_end - r.t_start) * r.live_ranks;
-    over_compute += r.paced_overrun_seconds, over_link += r.paced_link_overrun_seconds, rank_seconds += rank_s;
-    if (!r.paced_peers_uneven) over_link_even += r.paced_link_overrun_seconds, even_rank_seconds += rank_s;
-  }
-  const double compute_share = rank_seconds > 0 ? over_compute / rank_seconds : 0.0;
-  const double link_share = even_rank_seconds > 0 ? over_link_even / even_rank_seconds : 0.0;
-  put("paced_overrun_seconds", over_compute);
-  put("paced_link_overrun_seconds", over_link);
-  put("paced_overrun_share", compute_share);
-  put("paced_link_overrun_share", link_share);
-  const bool overran = paced && (compute_share > kPacedOverrunLimit || link_share > kPacedOverrunLimit);
-  h5::set_attr(f, "summary", "status", std::string(overran ? "overran" : "ok"));
+  const PacedVerdict v = paced_verdict();
+  put("paced_overrun_seconds", v.compute_seconds);
+  put("paced_link_overrun_seconds", v.link_seconds);
+  put("paced_overrun_share", v.compute_share);
+  put("paced_link_overrun_share", v.link_share);
+  h5::set_attr(f, "summary", "status", std::string(paced && v.overran() ? "overran" : "ok"));
   put("final_loss", rows_.empty() ? 0.0 : rows_.back().loss);
   flush();
+}
+
+PacedVerdict Recorder::paced_verdict() const {
+  PacedVerdict v;
+  double link_even = 0, rank_seconds = 0, even_rank_seconds = 0;
+  for (const auto& r : rows_) {
+    const double rank_s = (r.t_end - r.t_start) * r.live_ranks;
+    v.compute_seconds += r.paced_overrun_seconds, v.link_seconds += r.paced_link_overrun_seconds;
+    rank_seconds += rank_s;
+    if (!r.paced_peers_uneven) link_even += r.paced_link_overrun_seconds, even_rank_seconds += rank_s;
+  }
+  v.compute_share = rank_seconds > 0 ? v.compute_seconds / rank_seconds : 0.0;
+  v.link_share = even_rank_seconds > 0 ? link_even / even_rank_seconds : 0.0;
+  return v;
 }
 
 void Recorder::set_summary(const std::string& name, double value) {

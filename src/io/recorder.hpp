@@ -29,6 +29,14 @@ using FixedText = char[N];  // a fixed-length, NUL-padded string column
 // without expected late peers, may run past emulated time before a run is reported `overran`.
 inline constexpr double kPacedOverrunLimit = 0.01;
 
+// Paced timing's verdict from the rows: real time past emulated time, summed over the ranks, and as
+// a share of the ranks' step time: compute in every step, transfers in the steps where no peer was
+// expected to be late (a slowed rank or an uneven layout makes its peers wait, as on the machine).
+struct PacedVerdict {
+  double compute_seconds = 0, link_seconds = 0, compute_share = 0, link_share = 0;
+  bool overran() const { return compute_share > kPacedOverrunLimit || link_share > kPacedOverrunLimit; }
+};
+
 // /steps: one row per executed step.
 #define NTP_STEP_COLUMNS(X)                                                                       \
   X(std::int64_t, step)             /* schedule step (slot), from 1 */                            \
@@ -131,6 +139,7 @@ class Recorder {
   // whose verdict `status` is then overran when real time exceeded emulated time in more than
   // kPacedOverrunLimit of the ranks' step time).
   void write_summary(double wall_seconds, int ranks, double peak_gflops, bool paced);
+  PacedVerdict paced_verdict() const;
   void set_summary(const std::string& name, double value);
   const std::vector<StepRow>& rows() const { return rows_; }
   void flush();

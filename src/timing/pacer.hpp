@@ -25,6 +25,7 @@
 // as real waiting inside the collective, not in the model.
 #include <chrono>
 #include <functional>
+#include <utility>
 
 namespace ntp {
 
@@ -127,24 +128,12 @@ class Pacer {
   void set_background(std::function<void()> f) { background_ = std::move(f); }
 
   // Compute overruns since the last call.
-  int take_overruns() {
-    const int n = overruns_;
-    overruns_ = 0;
-    return n;
-  }
+  int take_overruns() { return std::exchange(overruns_, 0); }
   // The worst ratio of real to emulated time of a compute phase since the last call (a device rate
   // divided by it would have kept up).
-  double take_worst_ratio() {
-    const double r = worst_ratio_;
-    worst_ratio_ = 0;
-    return r;
-  }
+  double take_worst_ratio() { return std::exchange(worst_ratio_, 0); }
   // Seconds by which compute phases ran over their emulated time, since the last call.
-  double take_overrun_seconds() {
-    const double s = overrun_seconds_;
-    overrun_seconds_ = 0;
-    return s;
-  }
+  double take_overrun_seconds() { return std::exchange(overrun_seconds_, 0); }
   // The compute counters, to put back after a compute phase that is no step's (Trainer::probe_seconds).
   struct Counters {
     int overruns;
@@ -157,24 +146,12 @@ class Pacer {
   void set_config(const PacingConfig& c) { c_ = c; }
   // Transfers whose real end came after their emulated end, since the last call, and by how many
   // seconds in all.
-  int take_link_overruns() {
-    const int n = link_overruns_;
-    link_overruns_ = 0;
-    return n;
-  }
-  double take_link_overrun_seconds() {
-    const double s = link_overrun_seconds_;
-    link_overrun_seconds_ = 0;
-    return s;
-  }
+  int take_link_overruns() { return std::exchange(link_overruns_, 0); }
+  double take_link_overrun_seconds() { return std::exchange(link_overrun_seconds_, 0); }
   // The worst ratio of real to emulated time of a transfer since the last call (an upper bound:
   // a nonblocking exchange's real end is known only as its wait's end). With
   // take_worst_ratio, what paced timing's calibration reads.
-  double take_worst_link_ratio() {
-    const double r = worst_link_ratio_;
-    worst_link_ratio_ = 0;
-    return r;
-  }
+  double take_worst_link_ratio() { return std::exchange(worst_link_ratio_, 0); }
   // Every counter above back to zero.
   void reset_counters() {
     overruns_ = link_overruns_ = 0;

@@ -125,12 +125,16 @@ std::string Trainer::communication() const {
 }
 
 namespace {
-// Do all members of `c` run on one host? (Collective: the extremes of a hash of each host name.)
-bool on_one_host(Comm& c) {
-  const double h = static_cast<double>(std::hash<std::string>{}(host_name()) & ((1ULL << 52) - 1));
-  double v[2] = {h, -h};
+// Do all members of `c` hold the same `value`? (Collective: its largest and smallest agree.)
+bool same_on_all(Comm& c, double value) {
+  double v[2] = {value, -value};
   c.allreduce_max(v, 2);
   return v[0] == -v[1];
+}
+
+// Do all members of `c` run on one host? (A hash of each host name, exact in a double.)
+bool on_one_host(Comm& c) {
+  return same_on_all(c, static_cast<double>(std::hash<std::string>{}(host_name()) & ((1ULL << 52) - 1)));
 }
 }  // namespace
 
@@ -144,11 +148,7 @@ void Trainer::route_links() {
   if (on_one_host(*group_)) {
     if (o_.machine == "custom") return;
     const int domain = machine_profile(o_.machine).gpus_per_domain;
-    const auto one_domain = [&](Comm& c) {
-      double v[2] = {double(me_ / domain), -double(me_ / domain)};
-      c.allreduce_max(v, 2);
-      return v[0] == -v[1];
-    };
+    const auto one_domain = [&](Comm& c) { return same_on_all(c, double(me_ / domain)); };
     if (tp_) pacer_.set_route(Link::Tp, one_domain(*tp_) ? Link::Tp : Link::Dp);
     if (slot_) pacer_.set_route(Link::Dp, one_domain(*slot_) ? Link::Tp : Link::Dp);
     return;
