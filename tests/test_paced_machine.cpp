@@ -23,12 +23,14 @@ TEST(PacedMachine, OneScaleSlowsEveryRateAlike) {
   EXPECT_DOUBLE_EQ(at1.tp_gbps, 300);
   EXPECT_DOUBLE_EQ(at1.dp_gbps, 25);
   EXPECT_DOUBLE_EQ(at1.latency_us, 5);
+  EXPECT_DOUBLE_EQ(at1.memory_gbps, 2039);  // HBM2e
   const PacingConfig at64 = paced_rates(paced_on("dgx-a100", "64"));
   EXPECT_DOUBLE_EQ(at64.time_scale, 64);
   EXPECT_DOUBLE_EQ(at64.device_gflops * 64, at1.device_gflops);
   EXPECT_DOUBLE_EQ(at64.tp_gbps * 64, at1.tp_gbps);
   EXPECT_DOUBLE_EQ(at64.dp_gbps * 64, at1.dp_gbps);
   EXPECT_DOUBLE_EQ(at64.latency_us, at1.latency_us * 64);
+  EXPECT_DOUBLE_EQ(at64.memory_gbps * 64, at1.memory_gbps);
   // Every ratio is the machine's: compute time over link time does not move with the scale.
   Pacer p1(at1), p64(at64);
   EXPECT_NEAR(p64.compute_seconds(1e12) / p64.transfer_seconds(1e9, 6, Link::Tp, Traffic::Activations),
@@ -57,6 +59,7 @@ TEST(PacedMachine, CustomRatesAreTheFlagsOverTheScale) {
   EXPECT_DOUBLE_EQ(r.dp_gbps, 0.5);
   EXPECT_DOUBLE_EQ(r.latency_us, 6);
   EXPECT_DOUBLE_EQ(r.shape.element_bytes, 1.0);
+  EXPECT_DOUBLE_EQ(r.memory_gbps, 0);  // no memory rate: the optimizer is charged by its FLOPs
   EXPECT_DOUBLE_EQ(paced_rates(paced_on("custom", "auto")).time_scale, 1.0);  // not yet calibrated
 }
 

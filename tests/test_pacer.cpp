@@ -179,6 +179,27 @@ TEST_F(PacerTest, WithoutSleepingPhasesAreMeasuredOnly) {
   EXPECT_NEAR(pacer.take_worst_ratio(), 0.25, 1e-9);
 }
 
+// AdamW on a GPU is memory-bound: 28 bytes per parameter at the memory's rate, when that is longer
+// than its FLOPs at the device's; under --emulate-shape, for the target's parameters.
+TEST(Pacer, TheOptimizerIsChargedItsMemoryTraffic) {
+  VirtualClock clock;
+  ntp::PacingConfig c = paced();  // 1 GFLOP/s
+  ntp::Pacer flops_only(c, clock);
+  EXPECT_NEAR(flops_only.optimizer_seconds(1e6), 12 * kMs, kNs);  // no memory rate: 12 FLOPs each
+  c.memory_gbps = 1;                                                // 28 MB at 1 GB/s: 28 ms
+  ntp::Pacer memory_bound(c, clock);
+  EXPECT_NEAR(memory_bound.optimizer_seconds(1e6), 28 * kMs, kNs);
+  c.memory_gbps = 100;  // 0.28 ms of memory: the FLOPs are the longer
+  EXPECT_NEAR(ntp::Pacer(c, clock).optimizer_seconds(1e6), 12 * kMs, kNs);
+  c.memory_gbps = 1, c.shape.parameter_bytes = 10, c.shape.flops = 1000;  // the target's parameters, not its per-token FLOPs
+  ntp::Pacer target(c, clock);
+  EXPECT_NEAR(target.optimizer_seconds(1e6), 280 * kMs, kNs);
+  const auto t0 = clock.now();
+  target.pace_optimizer(30 * kMs, 1e6);  // real 30 ms: sleeps the rest of 280
+  EXPECT_NEAR(clock.since(t0), 250 * kMs, kNs);
+  EXPECT_EQ(target.take_overruns(), 0);
+}
+
 TEST(Pacer, AnEmulatedShapeChargesItsOwnCosts) {
   VirtualClock clock;
   ntp::PacingConfig c = paced();

@@ -81,8 +81,8 @@ std::string describe_paced_machine(const Options& o, const Calibration* calibrat
   std::string machine =
       o.machine == "custom"
           ? "custom"
-          : fmt::format("{} ({} {:.4g} TFLOP/s, scale-up {:.4g} GB/s, scale-out {:.4g} GB/s, {:.3g} us)", o.machine,
-                        o.emulated_precision, machine_profile(o.machine).tflops(o.emulated_precision),
+          : fmt::format("{} ({} {:.4g} TFLOP/s, memory {:.4g} GB/s, scale-up {:.4g} GB/s, scale-out {:.4g} GB/s, {:.3g} us)", o.machine,
+                        o.emulated_precision, machine_profile(o.machine).tflops(o.emulated_precision), machine_profile(o.machine).memory_gbps,
                         machine_profile(o.machine).scale_up_gbps, machine_profile(o.machine).scale_out_gbps,
                         machine_profile(o.machine).latency_us);
   // The worst ratio measured at the factor chosen (the last trial there).
@@ -99,8 +99,9 @@ std::string describe_paced_machine(const Options& o, const Calibration* calibrat
                                         "parameters x{:.4g}",
                                         o.emulate_shape, r.shape.flops, r.shape.activation_bytes,
                                         r.shape.activation_calls, r.shape.parameter_bytes);
-  return fmt::format("paced: {} slowed {:g}x ({}): device {:.4g} GFLOP/s, links {:.4g} / {:.4g} GB/s, {:.4g} us{}",
-                     machine, r.time_scale, how, r.device_gflops, r.tp_gbps, r.dp_gbps, r.latency_us, shape);
+  return fmt::format("paced: {} slowed {:g}x ({}): device {:.4g} GFLOP/s{}, links {:.4g} / {:.4g} GB/s, {:.4g} us{}",
+                     machine, r.time_scale, how, r.device_gflops,
+                     r.memory_gbps > 0 ? fmt::format(" and {:.4g} GB/s", r.memory_gbps) : std::string(), r.tp_gbps, r.dp_gbps, r.latency_us, shape);
 }
 
 nlohmann::json paced_machine_record(const Options& o, const Calibration* calibration) {
@@ -111,6 +112,7 @@ nlohmann::json paced_machine_record(const Options& o, const Calibration* calibra
                       {"time_scale_chosen", calibration ? "auto" : "given"},
                       {"headroom", o.headroom},
                       {"device_gflops", r.device_gflops},
+                      {"memory_gbps", r.memory_gbps},
                       {"scale_up_gbps", r.tp_gbps},
                       {"scale_out_gbps", r.dp_gbps},
                       {"latency_us", r.latency_us},
@@ -122,7 +124,7 @@ nlohmann::json paced_machine_record(const Options& o, const Calibration* calibra
                                   {"element_bytes", r.shape.element_bytes}}}};
   if (o.machine != "custom") {
     const MachineProfile& m = machine_profile(o.machine);
-    j["profile"] = {{"bf16_tflops", m.bf16_tflops}, {"tf32_tflops", m.tf32_tflops}, {"fp32_tflops", m.fp32_tflops},
+    j["profile"] = {{"bf16_tflops", m.bf16_tflops}, {"tf32_tflops", m.tf32_tflops}, {"fp32_tflops", m.fp32_tflops}, {"memory_gbps", m.memory_gbps},
                     {"scale_up_gbps", m.scale_up_gbps}, {"scale_out_gbps", m.scale_out_gbps},
                     {"latency_us", m.latency_us}, {"gpus_per_domain", m.gpus_per_domain}, {"source", m.source}};
   }

@@ -169,6 +169,7 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
   }
   rec_->append(row, rr, phase_rows_, usage_rows_, shares);
   note_progress(s, static_cast<int>(rec_->rows().size()));
+  warn_first_overrun(row);
   recorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
   if (r.samples > 0) {
     last_step_seconds_ = secs;
@@ -183,6 +184,26 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
   else
     fmt::print("step {:5d}/{} | idle: every replica is down | {:8.1f} ms\n", s, o_.steps, secs * 1e3);
   std::fflush(stdout);
+}
+
+// Paced timing is re-checked at every step: the first step whose real work ran past its emulated
+// time by more than the verdict's limit is announced when it happens (the time scale stays: the
+// run's verdict and the closing line say the rest).
+void RunRecord::warn_first_overrun(const StepRow& row) {
+  const double rank_seconds = (row.t_end - row.t_start) * row.live_ranks;
+  if (!o_.pacing.enabled || warned_overrun_ || rank_seconds <= 0) return;
+  const bool compute = row.paced_overrun_seconds > kPacedOverrunLimit * rank_seconds;
+  const bool link = !row.paced_peers_uneven && row.paced_link_overrun_seconds > kPacedOverrunLimit * rank_seconds;
+  if (!compute && !link) return;
+  warned_overrun_ = true;
+  std::fprintf(stderr,
+               "ntpbench: warning: paced timing overran at step %d: real %s ran %.3g s past emulated time (%.2g%% "
+               "of the ranks' step time, the limit is %g%%); from here this run's times are partly this machine's "
+               "(a larger --time-scale keeps up)\n",
+               row.step, compute ? "compute" : "transfers",
+               compute ? row.paced_overrun_seconds : row.paced_link_overrun_seconds,
+               100 * (compute ? row.paced_overrun_seconds : row.paced_link_overrun_seconds) / rank_seconds,
+               100 * kPacedOverrunLimit);
 }
 
 void RunRecord::write_missing_row(const Attempt& a, int group_size) {

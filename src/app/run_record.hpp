@@ -142,6 +142,7 @@ class RunRecord {
   void write_summary(double wall);
   std::string slots_line(int skipped_steps) const;
   std::string overrun_line() const;
+  void warn_first_overrun(const StepRow& row);
 
   const Options& o_;
   const Trainer& trainer_;
@@ -155,6 +156,7 @@ class RunRecord {
   double last_step_seconds_ = 0;
   double recorder_seconds_ = 0;  // time appending and flushing rows
   double worst_overrun_ = 0;     // paced: real / emulated compute time, the worst any rank reported
+  bool warned_overrun_ = false;  // paced: the first step past the limit was announced
 };
 
 }  // namespace ntp

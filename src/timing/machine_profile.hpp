@@ -1,6 +1,6 @@
 #pragma once
 // The emulated machines of paced timing (--machine): one place for their rates. Each profile gives
-// one GPU's dense FLOP/s per precision, its scale-up and scale-out bandwidth (GB/s each way), the
+// one GPU's dense FLOP/s per precision, its memory bandwidth, its scale-up and scale-out bandwidth (GB/s each way), the
 // latency of one message and the size of its scale-up domain. Paced timing slows every rate of a
 // profile by one factor (--time-scale), so every ratio between compute and links is the machine's.
 #include <string>
@@ -11,6 +11,7 @@ namespace ntp {
 struct MachineProfile {
   std::string name;
   double bf16_tflops = 0, tf32_tflops = 0, fp32_tflops = 0;  // per GPU, dense
+  double memory_gbps = 0;     // per GPU, its HBM (what a memory-bound pass such as AdamW runs at)
   double scale_up_gbps = 0;   // per GPU, each way (NVLink)
   double scale_out_gbps = 0;  // per GPU (its NIC)
   double latency_us = 0;      // per message, either link

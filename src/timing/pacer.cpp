@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <utility>
 
 namespace ntp {
 
@@ -83,12 +84,23 @@ void Pacer::wait(const LinkTicket& t, PaceClock::time_point began) {
   if (now < t.end) sleep_for(seconds(t.end - now));
 }
 
-void Pacer::pace_compute(double real, double flops, Work work) {
+double Pacer::optimizer_seconds(double parameters) const {
+  const double charged = parameters * c_.shape.parameter_bytes;
+  const double flops = kAdamWFlopsPerParameter * charged / (c_.device_gflops * 1e9 * speed_);
+  const double memory = c_.memory_gbps > 0 ? kAdamWBytesPerParameter * charged / (c_.memory_gbps * 1e9) : 0;
+  return std::max(flops, memory);
+}
+
+void Pacer::pace_compute(double real, double flops, Work work) { pace_target(real, compute_seconds(flops, work)); }
+
+void Pacer::pace_optimizer(double real, double parameters) { pace_target(real, optimizer_seconds(parameters)); }
+
+void Pacer::pace_target(double real, double emulated) {
   if (!c_.enabled) {
     if (slow_compute_ > 1) sleep_for(real * (slow_compute_ - 1));
     return;
   }
-  const double target = compute_seconds(flops, work) * slow_compute_;
+  const double target = emulated * slow_compute_;
   // A little slack for timer granularity: 2% or 50 microseconds.
   if (real > target * 1.02 + 50e-6) ++overruns_, overrun_seconds_ += real - target;
   if (target > 0) worst_ratio_ = std::max(worst_ratio_, real / target);

@@ -46,6 +46,7 @@ struct ShapeCharge {
 struct PacingConfig {
   bool enabled = false;
   double device_gflops = 10.0;  // per rank
+  double memory_gbps = 0;       // GB/s, the device's memory (0: the optimizer is charged by its FLOPs alone)
   double tp_gbps = 20.0;        // GB/s, inside a replica (scale-up link)
   double dp_gbps = 5.0;         // GB/s, between replicas (scale-out link)
   double latency_us = 5.0;      // per message
@@ -57,7 +58,17 @@ struct PacingConfig {
 
 // What a transfer carries, for --emulate-shape's charge: activations (scaled by the target's
 // hidden size and layer count) or parameters and their gradients (by its parameter count).
+// Every transfer of activations is charged as a layer's, including those that happen once per
+// model (the embedding's and the loss's all-reduces, a pipeline send): an over-charge, kept because
+// this machine runs a small all-reduce among oversubscribed ranks in milliseconds, and charging
+// those the target's few microseconds would need a time scale 8x larger (README, Timing).
 enum class Traffic { Activations, Parameters };
+// AdamW per parameter: about a dozen FLOPs, and 28 bytes of memory traffic: the fp32 weight,
+// gradient and two moments read, the weight and moments written (mixed-precision training keeps
+// all four in fp32).
+inline constexpr double kAdamWFlopsPerParameter = 12;
+inline constexpr double kAdamWBytesPerParameter = 28;
+
 // A compute phase of the model (charged as the target's under --emulate-shape), or a probe of the
 // rank's speed (a fixed matrix product, charged as it is).
 enum class Work { Model, Probe };
@@ -109,6 +120,12 @@ class Pacer {
 
   // After a compute phase that took `real` seconds: sleeps until its emulated end.
   void pace_compute(double real, double flops, Work work = Work::Model);
+  // After the optimizer's pass over `parameters` that took `real` seconds. AdamW is memory-bound on
+  // a GPU: its emulated time is the longer of its FLOPs at the device's rate and its bytes at the
+  // device's memory bandwidth (kAdamWFlopsPerParameter, kAdamWBytesPerParameter), both charged for
+  // the target's parameters under --emulate-shape.
+  void pace_optimizer(double real, double parameters);
+  double optimizer_seconds(double parameters) const;
   // After a blocking transfer that took `real` seconds: the transfer occupied its link from when it
   // began (behind what was on the link already); sleeps until its emulated end.
   void pace_transfer(double real, double bytes, int messages, Link group, Traffic traffic);
@@ -162,6 +179,7 @@ class Pacer {
   void set_sleeping(bool on) { sleeping_ = on; }
 
  private:
+  void pace_target(double real, double emulated);  // a compute phase's pacing, its emulated time known
   void sleep_rest(double real, double target);
   void sleep_for(double seconds);
   PacingConfig c_;

@@ -41,11 +41,13 @@ PacingConfig paced_rates(const Options& o, double scale) {
   if (o.machine != "custom") {
     const MachineProfile& m = machine_profile(o.machine);
     c.device_gflops = m.tflops(o.emulated_precision) * 1e3;
+    c.memory_gbps = m.memory_gbps;
     c.tp_gbps = m.scale_up_gbps;
     c.dp_gbps = m.scale_out_gbps;
     c.latency_us = m.latency_us;
   }
   c.device_gflops /= scale;
+  c.memory_gbps /= scale;
   c.tp_gbps /= scale;
   c.dp_gbps /= scale;
   c.latency_us *= scale;

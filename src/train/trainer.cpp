@@ -234,12 +234,11 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     PhaseScope s(clock_, Phase::Optimizer);
     const auto t0 = Clock::now();
     opt_->step(model_->params(), model_->grads(), clip_scale(r.grad_norm, o_.opt.clip), float(r.lr));
-    // AdamW: about a dozen FLOPs per parameter.
-    pacer_.pace_compute(since(t0), 12.0 * model_->param_count());
+    pacer_.pace_optimizer(since(t0), model_->param_count());
     r.overruns = pacer_.take_overruns();
     r.overrun_ratio = pacer_.take_worst_ratio();
     r.overrun_seconds = pacer_.take_overrun_seconds();
-    r.compute_flops = 3 * model_->local_forward_flops(batch[q]) + 12.0 * model_->param_count();
+    r.compute_flops = 3 * model_->local_forward_flops(batch[q]) + kAdamWFlopsPerParameter * model_->param_count();
   }
   if (r.samples > 0) {
     cursor_ += r.samples;

@@ -53,22 +53,24 @@ def test_a_named_machine_at_an_automatic_scale_fits(tmp_path):
     assert m["device_gflops"] == pytest.approx(312e3 / scale)
     assert m["scale_up_gbps"] == pytest.approx(300 / scale) and m["scale_out_gbps"] == pytest.approx(25 / scale)
     assert m["latency_us"] == pytest.approx(5 * scale)
+    assert m["memory_gbps"] == pytest.approx(2039 / scale)
     assert m["charge"]["flops"] > 1 and m["charge"]["element_bytes"] == 0.5
     # The last trial fit with the headroom: real work at most half of emulated time.
     assert m["calibration"]["trials"][-1]["worst_ratio"] <= 0.5
     status = summary["status"]
     assert (status.decode() if isinstance(status, bytes) else status) == "ok", (summary, p.stdout)
+    assert "paced timing overran" not in p.stderr, p.stderr
 
 
 def test_a_forced_overrun_is_reported_everywhere(tmp_path):
-    """An H100 at its own speed (--time-scale 1) cannot be emulated here: the summary, the closing
-    line and the report all say overran."""
-
-
+    """An H100 at its own speed (--time-scale 1) cannot be emulated here: the first step says so when
+    it happens, and the summary, the closing line and the report all say overran."""
     out = tmp_path / "overran.h5"
     p = ntpbench(2, "--preset", "tiny", "--tp", 2, "--steps", 3, "--timing", "paced", "--machine", "dgx-h100",
                  "--time-scale", 1, "--out", out, "--no-final-checkpoint")
     assert "paced timing OVERRAN" in p.stdout and "--time-scale" in p.stdout, p.stdout
+    warnings = [l for l in p.stderr.splitlines() if "paced timing overran at step" in l]
+    assert len(warnings) == 1 and "at step 1:" in warnings[0], p.stderr
     m, summary = paced_machine(out)
     assert m["time_scale_chosen"] == "given" and m["time_scale"] == 1
     status = summary["status"]
