@@ -1,5 +1,7 @@
 #include "machine.hpp"
 
+#include "phase_clock.hpp"
+
 #include <dirent.h>
 #include <malloc.h>
 #include <omp.h>
@@ -28,7 +30,6 @@ namespace ntp {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Shape {
   int m, n, k;
@@ -57,10 +58,10 @@ double best_call_gflops(const Shape& s, double seconds, int min_calls) {
   call();  // warm-up: threads started, pages touched
   double best = 0;
   const auto t_start = Clock::now();
-  for (int n = 0; n < min_calls || since(t_start) < seconds; ++n) {
+  for (int n = 0; n < min_calls || seconds_since(t_start) < seconds; ++n) {
     const auto t0 = Clock::now();
     call();
-    best = std::max(best, 2.0 * s.m * s.n * s.k / since(t0) / 1e9);
+    best = std::max(best, 2.0 * s.m * s.n * s.k / seconds_since(t0) / 1e9);
   }
   return best;
 }

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "backend.hpp"
+#include "cuda_pointer.hpp"
 #include "kernels/cuda/adamw.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cross_entropy.cuh"
@@ -122,9 +123,9 @@ class CudaBackend final : public Backend {
   void copy(float* dst, const float* src, std::size_t n) override {
     if (!n) return;
     NTP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, stream_));
-    if (!is_device(dst) || !is_device(src)) NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!is_device_pointer(dst) || !is_device_pointer(src)) NTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  bool is_device_memory(const void* p) const override { return p != nullptr && is_device(p); }
+  bool is_device_memory(const void* p) const override { return is_device_pointer(p); }
   void to_host(float* host, const float* src, std::size_t n) override {
     if (!n) return;
     NTP_CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -266,15 +267,6 @@ class CudaBackend final : public Backend {
  private:
   static void warn(cudaError_t e, const char* what) {
     if (e != cudaSuccess) std::fprintf(stderr, "ntpbench: warning: %s: %s\n", what, cuda_error_text(e).c_str());
-  }
-
-  static bool is_device(const void* p) {
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
   }
 
   // Zeroed device memory (at least one element, so the pointer is never null).

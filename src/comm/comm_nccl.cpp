@@ -3,6 +3,7 @@
 
 #include "comm_forwarding.hpp"
 #include "comm_mpi.hpp"
+#include "cuda_pointer.hpp"
 #include "fault.hpp"
 
 #include <cuda_runtime.h>
@@ -38,16 +39,6 @@ ncclDataType_t nccl_type<float>() { return ncclFloat32; }
 template <>
 ncclDataType_t nccl_type<double>() { return ncclFloat64; }
 
-// Device (or managed) memory: NCCL can use it. Plain host memory goes through MPI.
-bool is_device(const void* p) {
-  if (p == nullptr) return false;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
 
 class NcclComm final : public ForwardingComm {
  public:
@@ -83,7 +74,7 @@ class NcclComm final : public ForwardingComm {
 
   void broadcast(void* buf, std::size_t bytes, int root) override {
     if (size() == 1 || bytes == 0) return;
-    if (!is_device(buf)) return inner_->broadcast(buf, bytes, root);
+    if (!is_device_pointer(buf)) return inner_->broadcast(buf, bytes, root);
     ncclComm_t c = nccl();
     begin();
     settle(ncclBroadcast(buf, buf, bytes, ncclUint8, root, c, stream_), "ncclBroadcast");
@@ -96,7 +87,7 @@ class NcclComm final : public ForwardingComm {
                  float* recv, const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) override {
     long stotal = 0, rtotal = 0;
     for (int p = 0; p < size(); ++p) stotal += send_counts[p], rtotal += recv_counts[p];
-    const bool send_dev = is_device(send), recv_dev = is_device(recv);
+    const bool send_dev = is_device_pointer(send), recv_dev = is_device_pointer(recv);
     double kind = (stotal > 0 && send_dev) || (rtotal > 0 && recv_dev) ? 2 : (stotal > 0 || rtotal > 0) ? 1 : 0;
     inner_->allreduce_max(&kind, 1);
     if (kind < 2) return inner_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
@@ -125,7 +116,7 @@ class NcclComm final : public ForwardingComm {
   // buffer kind: the same tensors on every stage), MPI for host ones.
   void sendrecv(const float* send, std::size_t n_send, int dest, float* recv, std::size_t n_recv,
                 int src) override {
-    const bool dev = (dest >= 0 && is_device(send)) || (src >= 0 && is_device(recv));
+    const bool dev = (dest >= 0 && is_device_pointer(send)) || (src >= 0 && is_device_pointer(recv));
     if (!dev) return inner_->sendrecv(send, n_send, dest, recv, n_recv, src);
     ncclComm_t c = nccl();
     begin();
@@ -257,7 +248,7 @@ class NcclComm final : public ForwardingComm {
   template <typename T>
   bool device_allreduce(T* buf, std::size_t n, ncclRedOp_t op) {
     if (size() == 1 || n == 0) return true;
-    if (!is_device(buf)) return false;
+    if (!is_device_pointer(buf)) return false;
     ncclComm_t c = nccl();
     begin();
     settle(ncclAllReduce(buf, buf, n, nccl_type<T>(), op, c, stream_), "ncclAllReduce");

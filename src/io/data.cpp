@@ -17,21 +17,14 @@
 
 #include <fmt/format.h>
 
-namespace ntp {
+#include "splitmix64.hpp"
 
-namespace {
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
+namespace ntp {
 
 MarkovData::MarkovData(int vocab, std::uint64_t seed, int successors)
     : V_(vocab), K_(successors), seed_(seed), next_(std::size_t(vocab) * successors),
       cdf_(std::size_t(vocab) * successors), prob_(std::size_t(vocab) * successors) {
-  std::mt19937_64 rng(mix(seed ^ 0xda7a));
+  std::mt19937_64 rng(splitmix64(seed ^ 0xda7a));
   std::uniform_int_distribution<int> tok(0, V_ - 1);
   std::exponential_distribution<double> weight(1.0);
   for (int i = 0; i < V_; ++i) {
@@ -52,7 +45,7 @@ MarkovData::MarkovData(int vocab, std::uint64_t seed, int successors)
 }
 
 void MarkovData::sample(std::int64_t g, int T, int* tokens, int* targets) const {
-  std::mt19937_64 rng(mix(seed_ ^ mix(static_cast<std::uint64_t>(g))));
+  std::mt19937_64 rng(splitmix64(seed_ ^ splitmix64(static_cast<std::uint64_t>(g))));
   std::uniform_real_distribution<double> u(0.0, 1.0);
   int cur = static_cast<int>(rng() % V_);
   for (int t = 0; t <= T; ++t) {

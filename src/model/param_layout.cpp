@@ -1,5 +1,7 @@
 #include "param_layout.hpp"
 
+#include "splitmix64.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -170,12 +172,6 @@ std::vector<float> from_hf(const ModelConfig& m, const TensorSpec& s, const std:
 }
 
 namespace {
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 // A standard normal from a counter: Box-Muller on two hashed uniforms.
 float counter_normal(std::uint64_t key) {
   const std::uint64_t a = splitmix64(key), b = splitmix64(a ^ 0x5851f42d4c957f2dULL);

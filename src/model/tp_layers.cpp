@@ -13,7 +13,7 @@ void timed_allreduce(const TpContext& tp, std::size_t n, F&& op) {
   const auto t0 = PhaseClock::clock::now();
   op();
   if (tp.pacer && tp.pacer->enabled()) {
-    const double real = std::chrono::duration<double>(PhaseClock::clock::now() - t0).count();
+    const double real = seconds_since(t0);
     const int P = tp.comm.size();
     tp.pacer->pace_transfer(real, 2.0 * (P - 1) / P * n * sizeof(float), 2 * (P - 1), Link::Tp, Traffic::Activations);
   }

@@ -11,9 +11,6 @@ namespace ntp {
 namespace {
 constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
 int dim_index(ShardDim d) { return d == ShardDim::Heads ? 0 : d == ShardDim::Mlp ? 1 : 2; }
-double seconds_since(PhaseClock::clock::time_point t0) {
-  return std::chrono::duration<double>(PhaseClock::clock::now() - t0).count();
-}
 }  // namespace
 
 GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp, Comm* slot,

@@ -7,6 +7,11 @@
 
 namespace ntp {
 
+// Seconds of the steady clock since t0.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // PpComm: pipeline sends and receives between stages, including the wait for a neighbour (the
 // pipeline bubble shows up there). Recovery: a repair and reconfiguration after a failure;
 // Revival: bringing processes back (spawned, or spares handed their ranks) before their heal.

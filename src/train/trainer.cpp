@@ -22,7 +22,6 @@ namespace ntp {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
 Configuration plan_for(const Options& o, const Topology& topo, const std::vector<char>& alive,
@@ -102,8 +101,8 @@ double Trainer::probe_seconds() {
   backend_->matmul_forward(a + 2L * n * n, a, a + std::size_t(n) * n, nullptr, n, n, n, WeightLayout::OutIn);
   float done = 0;
   backend_->to_host(&done, a + 2L * n * n, 1);  // waits for a device's product
-  pacer_.pace_compute(since(t0), 2.0 * n * n * n, Work::Probe);
-  const double seconds = since(t0);
+  pacer_.pace_compute(seconds_since(t0), 2.0 * n * n * n, Work::Probe);
+  const double seconds = seconds_since(t0);
   pacer_.set_speed(speed);
   pacer_.set_counters(counters);
   return seconds;
@@ -234,7 +233,7 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     PhaseScope s(clock_, Phase::Optimizer);
     const auto t0 = Clock::now();
     opt_->step(model_->params(), model_->grads(), clip_scale(r.grad_norm, o_.opt.clip), float(r.lr));
-    pacer_.pace_optimizer(since(t0), model_->param_count());
+    pacer_.pace_optimizer(seconds_since(t0), model_->param_count());
     r.overruns = pacer_.take_overruns();
     r.overrun_ratio = pacer_.take_worst_ratio();
     r.overrun_seconds = pacer_.take_overrun_seconds();
@@ -364,7 +363,7 @@ void Trainer::pp_transfer(const float* send, int dest, float* recv, int src, std
   const auto t0 = Clock::now();
   pp_->sendrecv(send, dest >= 0 ? n : 0, dest, recv, src >= 0 ? n : 0, src);
   // Stages sit in different scale-up domains: their transfers take the scale-out link.
-  pacer_.pace_transfer(since(t0), double(n) * sizeof(float), 1, Link::Dp, Traffic::Activations);
+  pacer_.pace_transfer(seconds_since(t0), double(n) * sizeof(float), 1, Link::Dp, Traffic::Activations);
 }
 
 void Trainer::reduce_tied_embedding() {
@@ -374,7 +373,7 @@ void Trainer::reduce_tied_embedding() {
   const int t = tied_tensor(o_.model);
   const long n = model_->layout().slot(t).elems;
   embed_->allreduce_sum(model_->grad(t), std::size_t(n));
-  pacer_.pace_transfer(since(t0), double(n) * sizeof(float), 2, Link::Dp, Traffic::Parameters);  // a two-rank all-reduce
+  pacer_.pace_transfer(seconds_since(t0), double(n) * sizeof(float), 2, Link::Dp, Traffic::Parameters);  // a two-rank all-reduce
 }
 
 bool Trainer::save_checkpoint(const std::string& path) {

@@ -16,7 +16,6 @@ namespace ntp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
 
 // What a heal needs to know about the old and the new configuration, seen from this rank.
@@ -188,7 +187,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   }
   for (int r = 0; r < n_; ++r)
     if (!seen[r] && alive[r]) throw std::logic_error("a rank counted alive is not in the group");
-  rec.detect = since(t0);
+  rec.detect = seconds_since(t0);
 
   t0 = Clock::now();
   const Configuration old_cfg = cfg_;
@@ -199,7 +198,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   rec.changed = true;
   std::unique_ptr<Comm> old_tp = std::move(tp_);  // kept alive while old models may still reference it
   build_comms();
-  rec.reconfigure = since(t0);
+  rec.reconfigure = seconds_since(t0);
 
   t0 = Clock::now();
   if (cfg_.active_replicas() == 0) {
@@ -221,7 +220,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
                                        clock_, pacer_);
   else
     sync_.reset();
-  rec.heal = since(t0);
+  rec.heal = seconds_since(t0);
   old_tp.reset();
   group_->barrier();  // everyone starts the next step together
   return rec;
