@@ -19,6 +19,7 @@ from .runfile import SchemaError, load_run, paced_status
 COLUMNS = [
     ("file", "file", "{}"),
     ("policy", "policy", "{}"),
+    ("kill_mode", "kills", "{}"),
     ("layout", "TPxPPxDP", "{}"),
     ("steps", "slots", "{:d}"),
     ("training_steps", "trained", "{:d}"),
@@ -122,7 +123,9 @@ def run_row(path: str) -> tuple[dict, list[str]]:
         status = f"SUMMARY MISMATCH ({len(problems)})"
     else:
         status = paced_status(run)  # ok, or overran: this machine, not the emulated one, set its times
-    row = {"file": path, "policy": run.policy, "layout": f"{run.tp}x{run.pp}x{run.dp}",
+    # Real kills (signal) or emulated ones (fence); "-" for a run with no schedule.
+    kill_mode = run.attrs.get("kill_mode", run.config.get("kill_mode", "-")) if run.policy != "none" else "-"
+    row = {"file": path, "policy": run.policy, "kill_mode": kill_mode, "layout": f"{run.tp}x{run.pp}x{run.dp}",
            "tp": run.tp, "pp": run.pp, "dp": run.dp, "ranks": run.ranks, "timing": run.attrs.get("timing", "?"),
            "complete": run.complete}
     row.update(rec)

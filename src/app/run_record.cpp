@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "fault.hpp"
 #include "interrupt.hpp"
 #include "rebalance.hpp"
 #include "machine.hpp"
@@ -31,6 +32,13 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+std::string describe_kill_mode(const Options& o) {
+  if (o.kill_mode == "signal") return "signal (kills are real SIGKILLs, repaired with ULFM)";
+  const std::string why = ulfm_unavailable_reason();
+  return "fence (kills are emulated: " +
+         (why.empty() ? std::string("the process stays, fenced off from its peers") : why) + ")";
+}
+
 void RunRecord::open(int threads) {
   const int ranks = ranks_;
   rec_ = std::make_unique<Recorder>(o_.out, o_.overwrite, ranks, trainer_.topology().replicas);
@@ -47,6 +55,8 @@ void RunRecord::open(int threads) {
   rec_->set_attr("replicas", static_cast<long long>(trainer_.topology().replicas));
   rec_->set_attr("timing", o_.timing);
   rec_->set_attr("policy", o_.schedule.empty() ? std::string("none") : o_.policy);
+  rec_->set_attr("kill_mode", o_.kill_mode);
+  rec_->set_attr("kill_mode_reason", describe_kill_mode(o_));
   rec_->set_attr("threads_per_rank", static_cast<long long>(threads));
   rec_->set_attr("peak_gflops_per_rank", peak_.gflops);
   rec_->set_attr("peak_gflops_source", peak_.source);
@@ -170,7 +180,7 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
   rec_->append(row, rr, phase_rows_, usage_rows_, shares);
   note_progress(s, static_cast<int>(rec_->rows().size()));
   warn_first_overrun(row);
-  recorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - tr).count();
+  recorder_seconds_ += seconds_since(tr);
   if (r.samples > 0) {
     last_step_seconds_ = secs;
     if (cfg.active_replicas() == trainer_.topology().replicas && cfg.live_ranks() == ranks_)
@@ -253,8 +263,10 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
                            fmt::format("{} steps rolled back (optimizer step {} -> {})", lost_rows, f.steps_before,
                                        rc.restored_step)));
     rec_->event(make_event(t_event, s, "recompute", -1, -1, 0, lost_seconds, fmt::format("{} steps to redo", lost_rows)));
-    what += fmt::format("no live replica holds every shard: restored {} (optimizer step {}), {} steps rolled "
-                        "back ({:.2f} s to recompute) | {}",
+    // Why the state was reloaded: the policy's rule, or shards that no live rank held.
+    what += fmt::format("{}: restored {} (optimizer step {}), {} steps rolled back ({:.2f} s to recompute) | {}",
+                        o_.policy == "restart" ? "--policy restart reloads the last checkpoint"
+                                               : "no live replica holds every shard",
                         rc.restored_from, rc.restored_step, lost_rows, lost_seconds, change);
   } else if (trainer_.configuration().active_replicas() == 0) {
     what += fmt::format("every replica is down: idle until a revival | {}", change);
@@ -435,9 +447,9 @@ void RunRecord::finish(double wall, const std::string& last_checkpoint, int skip
       break;
     }
   fmt::print("done: {}, {:.0f} tokens ({:.0f} committed) in {:.2f} s | throughput {:.0f} tok/s | goodput "
-             "{:.0f} tok/s | {}\nwrote {}{}\n",
+             "{:.0f} tok/s | {}{}\nwrote {}{}\n",
              slots_line(skipped_steps), tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall,
-             final_loss, o_.out, last_checkpoint.empty() ? "" : " and checkpoint " + last_checkpoint);
+             final_loss, !o_.schedule.empty() ? " | kill mode " + o_.kill_mode : std::string(), o_.out, last_checkpoint.empty() ? "" : " and checkpoint " + last_checkpoint);
   if (!overrun_line().empty()) fmt::print("{}\n", overrun_line());
   if (code != 0)
     std::fprintf(stderr, "ntpbench: error: the last step's loss is not finite (%d step(s) skipped by --on-nonfinite "

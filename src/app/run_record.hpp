@@ -69,6 +69,10 @@ struct HangTimes {
   bool hung() const { return declared >= 0; }
 };
 
+// --kill-mode and why, for the banner, the closing line and the results file: "signal (kills are
+// real ...)" or "fence (kills are emulated: ...)".
+std::string describe_kill_mode(const Options& o);
+
 class RunRecord {
  public:
   // The run's facts live in the TrainingRun, which outlives its record. ranks: the job's logical

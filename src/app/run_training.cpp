@@ -226,6 +226,10 @@ int run_training(Options o, Comm& world) {
   Schedule schedule = validate_schedule(o, layout.trainer_hosts);
   validate_data_file(o, world);
   settle_revivals_across_hosts(o, layout, schedule, mode_chosen, root);
+  // Kills fenced by default (no ULFM here) are said once, with how to make them real.
+  if (root && !mode_chosen && o.kill_mode == "fence" && schedule.kills() > 0 && !ulfm_unavailable_reason().empty())
+    fmt::print("note: the schedule's {} kill(s) will be fenced (emulated: the process stays), not real: {}\n",
+               schedule.kills(), ulfm_unavailable_reason());
   if (root) note_tp_groups_across_hosts(o, layout.trainer_hosts);
   if (o.check) {
     if (root)

@@ -162,13 +162,17 @@ void TrainingRun::print_banner() const {
                                                   : fmt::format("B={} per replica in {} micro-batches of {}",
                                                                 replica_batch(o_), o_.micro_batches, o_.micro_batch);
   const std::string pp = o_.pp > 1 ? fmt::format(" x PP {} (1F1B)", o_.pp) : "";
-  fmt::print("ntpbench: {} ranks = {} replicas{} x TP {} | model {} ({}, {:.2f}M params) | "
+  const std::string spares =
+      spare_processes_.empty() ? ""
+                               : fmt::format(" + {} spare process(es) (--spare-use {})", spare_processes_.size(), o_.spare_use);
+  fmt::print("ntpbench: {} ranks = {} replicas{} x TP {}{} | model {} ({}, {:.2f}M params) | "
              "{}, T={} | {} thread(s)/rank | timing {}{}\n",
-             group_->size(), trainer_->topology().replicas, pp, o_.tp, o_.preset, shape, parameter_count(m) / 1e6,
+             group_->size(), trainer_->topology().replicas, pp, o_.tp, spares, o_.preset, shape, parameter_count(m) / 1e6,
              batch, o_.seq, threads_, o_.timing,
              o_.schedule.empty() ? "" : fmt::format(" | policy {} | schedule {}", o_.policy, o_.schedule));
   fmt::print("data: {}\nresults: {}\n", trainer_->data().describe(), o_.out);
   if (o_.backend == "cpu") fmt::print("blas: {}\n", blas_core_note());
+  if (!o_.schedule.empty()) fmt::print("kill mode: {}\n", describe_kill_mode(o_));
   if (o_.pacing.enabled) fmt::print("{}\n", describe_paced_machine(o_, calibration_ ? &*calibration_ : nullptr));
   if (o_.backend != "cpu") fmt::print("communication: {}\n", trainer_->communication());
   std::fflush(stdout);

@@ -55,6 +55,8 @@ def test_restart_resumes_from_the_last_checkpoint(tmp_path):
     assert s["optimizer_step"].tolist() == [1, 2, 3, 4, 5, 6, 6, 6, 6, 7, 8, 9]
     assert s["tokens_committed"].tolist() == [256] * 5 + [0] + [0, 0] + [256] * 4
     assert "step_000005.h5 (optimizer step 5)" in p.stdout
+    # The console gives the policy as the reason, not lost shards (rank 5's replica-mates hold them).
+    assert "--policy restart reloads the last checkpoint: restored" in p.stdout, p.stdout
     replay(out)
 
 
