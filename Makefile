@@ -158,7 +158,8 @@ fuzz: $(FUZZ_BUILD)/CMakeCache.txt
 	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 # The embedded default: 8 ranks (TP 4 x DP 2) of `small` under paced timing (more ranks than
-# cores here), one failure and one revival, once per policy; then the comparison table, the plots
+# cores here), one failure and one revival, once per policy (the first measures the time scale, the
+# others run at it, so that the four share one clock); then the comparison table, the plots
 # and a replay check that the failure-handling run computed what one rank computes. The 8 ranks are
 # one emulated DGX A100 at a measured time scale, charged as GPT-2 XL (1.5B) would cost at the same
 # layout and 512 tokens per replica per step (README, Timing).
@@ -168,9 +169,10 @@ DEMO_POLICIES := dp-drop ntp ntp-pw restart
 
 demo: deps build
 	@mkdir -p results/demo
-	@for p in $(DEMO_POLICIES); do \
-	  echo "== policy $$p"; \
-	  $(MPIRUN) -np $(RANKS) $(NTPBENCH) $(DEMO_FLAGS) --policy $$p --out results/demo/$$p.h5 || exit 1; \
+	@scale=auto; for p in $(DEMO_POLICIES); do \
+	  echo "== policy $$p (--time-scale $$scale)"; \
+	  $(MPIRUN) -np $(RANKS) $(NTPBENCH) $(DEMO_FLAGS) --time-scale $$scale --policy $$p --out results/demo/$$p.h5 || exit 1; \
+	  [ $$scale != auto ] || scale=$$($(PY) -c 'import h5py, json, sys; print(json.loads(h5py.File(sys.argv[1]).attrs["paced_machine"])["time_scale"])' results/demo/$$p.h5) || exit 1; \
 	done
 	@$(NTPBENCH) --replay results/demo/ntp.h5 --quiet > results/demo/replay.txt; rc=$$?; cat results/demo/replay.txt; exit $$rc
 	@$(PY) -m analysis report $(DEMO_POLICIES:%=results/demo/%.h5) --csv results/demo/report.csv > results/demo/report.txt; \
@@ -337,8 +339,8 @@ bench-paced: build py-deps
 	$(MPIRUN) -np 8 $(NTPBENCH) $(PACED_BENCH_FLAGS) --machine dgx-a100 --time-scale $$scale \
 	  --out $(PACED_BENCH_OUT)/busy.h5 || exit 1; \
 	kill $$busy; trap - EXIT; echo "free links at time scale $$scale"; \
-	$(MPIRUN) -np 8 $(NTPBENCH) $(PACED_BENCH_FLAGS) --machine custom --device-gflops 312000 --tp-gbps 1e9 \
-	  --dp-gbps 1e9 --link-latency-us 0 --time-scale $$scale --out $(PACED_BENCH_OUT)/free.h5
+	$(MPIRUN) -np 8 $(NTPBENCH) $(PACED_BENCH_FLAGS) --machine custom --device-gflops 312000 --memory-gbps 2039 \
+	  --tp-gbps 1e9 --dp-gbps 1e9 --link-latency-us 0 --time-scale $$scale --out $(PACED_BENCH_OUT)/free.h5
 	$(PY) -m analysis paced $(PACED_BENCH_OUT)/default.h5 $(PACED_BENCH_OUT)/busy.h5 $(PACED_BENCH_OUT)/free.h5
 
 bench-bestblas: build

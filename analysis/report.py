@@ -139,6 +139,10 @@ def run_row(path: str) -> tuple[dict, list[str]]:
     row["hang_detect_seconds"] = float(hangs["duration"].sum()) if len(hangs) else 0.0
     row["failure_events"] = failure_events(run)
     row["status"] = status
+    try:  # paced timing's factor: the run's seconds are the machine's times this
+        row["time_scale"] = json.loads(run.attrs.get("paced_machine", "{}")).get("time_scale")
+    except (TypeError, ValueError):
+        row["time_scale"] = None
     return row, problems
 
 
@@ -158,7 +162,7 @@ def format_table(rows: list[dict]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = []
     for n, row in enumerate(cells):
-        parts = [(c.ljust(w) if i in (0, 1, 2, len(COLUMNS) - 1) else c.rjust(w))
+        parts = [(c.ljust(w) if i in (0, 1, 2, 3, len(COLUMNS) - 1) else c.rjust(w))
                  for i, (c, w) in enumerate(zip(row, widths))]
         lines.append("  ".join(parts).rstrip())
         if n == 0:
@@ -186,6 +190,11 @@ def main(args) -> int:
             if r["failure_events"]:
                 print()
                 print(format_failures(r["file"], r["failure_events"]))
+        scales = sorted({r["time_scale"] for r in rows if r.get("time_scale")})
+        if len(scales) > 1:
+            print(f"note: these paced runs ran at different time scales ({', '.join(f'{s:g}' for s in scales)}): "
+                  f"their seconds, tokens/s and MFU are on different clocks and do not compare (give each run "
+                  f"the same --time-scale)")
         incomplete = [r["file"] for r in rows if not r["complete"]]
         for f in incomplete:
             print(f"note: {f} has no /summary (run cut short): figures come from its completed steps; "

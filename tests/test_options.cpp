@@ -59,7 +59,7 @@ std::map<std::string, std::string> non_default_values() {
       {"--replay-tol", "1e-4"}, {"--quiet", ""}, {"--check", ""}, {"--threads", "3"}, {"--peak-gflops", "12.5"},
       {"--backend", "cuda"}, {"--precision", "bf16"}, {"--allow-gpu-sharing", ""}, {"--schedule", file},
       {"--policy", "restart"}, {"--spares-per-host", "1"}, {"--spare-hosts", "1"}, {"--spare-use", "takeover"}, {"--kill-mode", "signal"}, {"--hang-timeout", "30"}, {"--failure-timeout", "4"}, {"--straggler-threshold", "1.5"}, {"--straggler-window", "3"}, {"--straggler-policy", "rebalance"}, {"--on-nonfinite", "skip"},
-      {"--timing", "paced"}, {"--device-gflops", "20"}, {"--tp-gbps", "30"}, {"--dp-gbps", "6"},
+      {"--timing", "paced"}, {"--device-gflops", "20"}, {"--memory-gbps", "9"}, {"--tp-gbps", "30"}, {"--dp-gbps", "6"},
       {"--link-latency-us", "7"}, {"--boost", "1.2"}, {"--machine", "custom"}, {"--time-scale", "4"},
       {"--headroom", "3"}, {"--emulated-precision", "tf32"}, {"--emulate-shape", "gpt2"},
   };

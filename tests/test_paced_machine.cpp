@@ -60,6 +60,8 @@ TEST(PacedMachine, CustomRatesAreTheFlagsOverTheScale) {
   EXPECT_DOUBLE_EQ(r.latency_us, 6);
   EXPECT_DOUBLE_EQ(r.shape.element_bytes, 1.0);
   EXPECT_DOUBLE_EQ(r.memory_gbps, 0);  // no memory rate: the optimizer is charged by its FLOPs
+  o.pacing.memory_gbps = 6;
+  EXPECT_DOUBLE_EQ(paced_rates(o).memory_gbps, 3);
   EXPECT_DOUBLE_EQ(paced_rates(paced_on("custom", "auto")).time_scale, 1.0);  // not yet calibrated
 }
 

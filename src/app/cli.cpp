@@ -144,7 +144,7 @@ CLI::ValidationError tp_error(const Options& o, std::string why, int world_size)
 // --time-scale is auto or a factor above 0, 1 by default for custom (its rates are taken as given).
 void resolve_machine(const CLI::App& app, Options& o) {
   std::string custom;
-  for (const char* f : {"--device-gflops", "--tp-gbps", "--dp-gbps", "--link-latency-us"})
+  for (const char* f : {"--device-gflops", "--memory-gbps", "--tp-gbps", "--dp-gbps", "--link-latency-us"})
     if (app.count(f) && custom.empty()) custom = f;
   if (!custom.empty()) {
     if (app.count("--machine") && o.machine != "custom")

@@ -253,7 +253,7 @@ std::vector<OptionSpec> failure_options() {
       {.flag = "--machine", .key = "pacing/machine", .field = NTP_FIELD(machine),
        .help = "Paced: the machine each rank emulates one GPU of: dgx-a100, dgx-h100 or gb200-nvl72 (device FLOP/s, "
                "NVLink and NIC bandwidth, latency; src/timing/machine_profile.cpp names the sources), or custom "
-               "(the default: the rates of --device-gflops, --tp-gbps, --dp-gbps and --link-latency-us)",
+               "(the default: the rates of --device-gflops, --memory-gbps, --tp-gbps, --dp-gbps and --link-latency-us)",
        .check = Check::OneOf, .choices = machine_names(), .missing = Missing::Legacy, .legacy = "custom"},
       {.flag = "--time-scale", .key = "pacing/time_scale", .field = NTP_FIELD(time_scale),
        .help = "Paced: every rate of the machine is slowed by this one factor, so every ratio stays the machine's. "
@@ -274,6 +274,10 @@ std::vector<OptionSpec> failure_options() {
       {.flag = "--device-gflops", .key = "pacing/device_gflops", .field = NTP_FIELD(pacing.device_gflops),
        .help = "Paced, --machine custom: compute rate of one emulated device, GFLOP/s", .check = Check::Positive,
        .missing = Missing::Default},
+      {.flag = "--memory-gbps", .key = "pacing/memory_gbps", .field = NTP_FIELD(pacing.memory_gbps),
+       .help = "Paced, --machine custom: memory bandwidth of one emulated device, GB/s, at which the optimizer "
+               "(28 bytes per parameter) runs when that is slower than its FLOPs; 0: FLOPs alone",
+       .check = Check::NonNegative, .missing = Missing::Default},
       {.flag = "--tp-gbps", .key = "pacing/tp_gbps", .field = NTP_FIELD(pacing.tp_gbps),
        .help = "Paced, --machine custom: bandwidth of a link inside a replica, GB/s", .check = Check::Positive,
        .missing = Missing::Default},
