@@ -43,6 +43,20 @@ def test_gpt2_token_file_trains_at_its_vocabulary(tmp_path):
     assert abs(loss[0] - math.log(50257)) < 0.3, loss  # starts near uniform over the whole vocabulary
 
 
+def test_two_token_files_give_two_first_losses(tmp_path):
+    """The file's tokens are what trains: two files of different tokens, same seed and model, give
+    different first losses (a run that ignored --data would give the same)."""
+    first = []
+    for k in (1, 2):
+        ids = np.random.default_rng(k).integers(0, 512, size=4096)
+        data = token_file(tmp_path / f"t{k}.bin", ids)
+        out = tmp_path / f"run{k}.h5"
+        ntpbench(1, "--preset", "tiny", "--vocab", 512, "--data", data, "--steps", 1, "--seed", 1, "--out", out,
+                 "--no-final-checkpoint")
+        first.append(float(steps(out)["loss"][0]))
+    assert first[0] != first[1], first
+
+
 def test_prepared_text_trains_llama_tiny_and_the_loss_falls(tmp_path):
     text = ROOT / "README.md"
     data = tmp_path / "readme.bin"

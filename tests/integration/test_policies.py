@@ -104,8 +104,9 @@ def test_every_replica_down_without_revival_is_refused(tmp_path):
     text = "events:\n  - {step: 4, kill: [3, 7]}\n"
     p = ntpbench(8, *TINY, "--tp", 4, "--steps", 8, "--policy", "dp-drop", "--schedule", schedule(tmp_path, text),
                  "--out", out, check=False)
-    assert p.returncode != 0
+    assert p.returncode == 2, p.stdout + p.stderr  # the schedule is refused before any step: a usage error
     assert "every replica is down" in p.stderr and "no revival is scheduled" in p.stderr
+    assert p.stderr.count("no revival is scheduled") == 1, p.stderr  # rank 0's message alone
     assert not out.exists()
 
 
