@@ -145,7 +145,36 @@ void save_checkpoint(const std::string& path, Comm& comm, int writer, const Sour
   comm.barrier();  // the file is complete for every rank once this returns
 }
 
+namespace {
+CheckpointMeta load_checkpoint_file(const std::string& path, Model& model, AdamW* opt);
+std::vector<std::vector<float>> read_checkpoint_params_file(const std::string& path, const ModelConfig& m,
+                                                            const std::string& group);
+// A file that is not a readable checkpoint (truncated, not HDF5, a tensor missing) is the user's
+// input, not a fault of this rank: the HDF5 layer's error becomes a CheckpointError naming the
+// file, which every rank reaches alike (exit 2, one message).
+template <typename F>
+auto as_checkpoint_error(const std::string& path, F&& read) {
+  try {
+    return read();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw CheckpointError(fmt::format("checkpoint {} cannot be read: {}", path, e.what()));
+  }
+}
+}  // namespace
+
 CheckpointMeta load_checkpoint(const std::string& path, Model& model, AdamW* opt) {
+  return as_checkpoint_error(path, [&] { return load_checkpoint_file(path, model, opt); });
+}
+
+std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, const ModelConfig& m,
+                                                       const std::string& group) {
+  return as_checkpoint_error(path, [&] { return read_checkpoint_params_file(path, m, group); });
+}
+
+namespace {
+CheckpointMeta load_checkpoint_file(const std::string& path, Model& model, AdamW* opt) {
   const ParamLayout& L = model.layout();
   const ModelConfig& m = L.model();
   h5::File file(path, h5::Mode::ReadOnly);
@@ -183,8 +212,8 @@ CheckpointMeta load_checkpoint(const std::string& path, Model& model, AdamW* opt
   return meta;
 }
 
-std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, const ModelConfig& m,
-                                                       const std::string& group) {
+std::vector<std::vector<float>> read_checkpoint_params_file(const std::string& path, const ModelConfig& m,
+                                                            const std::string& group) {
   h5::File file(path, h5::Mode::ReadOnly);
   check_model(file.id(), path, m);
   std::vector<std::vector<float>> out;
@@ -192,5 +221,6 @@ std::vector<std::vector<float>> read_checkpoint_params(const std::string& path, 
     out.push_back(from_hf(m, s, h5::read_floats(file.id(), group + s.name, s.hf_shape)));
   return out;
 }
+}  // namespace
 
 }  // namespace ntp

@@ -98,3 +98,15 @@ def test_attribute_holding_many_values_is_refused(tmp_path, checkpoint, attr, va
     assert p.returncode != 0, p.stdout
     assert f"attribute '{attr}' on / holds 3000 values, expected one" in p.stderr, p.stderr
     assert "done:" not in p.stdout
+
+
+@pytest.mark.parametrize("keep", [20000, 0])
+def test_a_truncated_checkpoint_is_a_usage_error(tmp_path, checkpoint, keep):
+    """A checkpoint cut short (or empty) is the user's input: exit 2 and one message naming the file,
+    as for any refused checkpoint, never the MPI_Abort path (every rank reaches the same verdict)."""
+    bad = tmp_path / "cut.h5"
+    bad.write_bytes(open(checkpoint, "rb").read()[:keep])
+    p = ntpbench(2, *TINY, "--tp", 2, "--steps", 1, "--init-from", bad, "--out", tmp_path / "x.h5", check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.count(f"checkpoint {bad} cannot be read") == 1, p.stderr
+    assert "MPI_ABORT" not in p.stderr and "error on rank" not in p.stderr, p.stderr
