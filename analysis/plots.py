@@ -35,6 +35,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -115,13 +116,16 @@ def plot_throughput(run: Run, path: str) -> None:
     with np.errstate(divide="ignore", invalid="ignore"):
         tput = s["tokens"].to_numpy(dtype=float) / dt
     committed = s["tokens_committed"].to_numpy() > 0
+    idle = s["samples"].to_numpy() == 0  # a slot in which no replica trained: nothing to roll back
+    undone = ~committed & ~idle
     fig, ax = plt.subplots(figsize=(9, 4.5))
     t = s["t_end"].to_numpy(dtype=float)
     ax.plot(t, tput, "-", color="tab:blue", linewidth=1, alpha=0.6)
     ax.plot(t[committed], tput[committed], "o", color="tab:blue", markersize=3, label="step (committed)")
-    if (~committed).any():
-        ax.plot(t[~committed], tput[~committed], "x", color="tab:orange", markersize=6,
-                label="step (rolled back)")
+    if undone.any():
+        ax.plot(t[undone], tput[undone], "x", color="tab:orange", markersize=6, label="step (rolled back)")
+    if idle.any():
+        ax.plot(t[idle], tput[idle], "s", color="tab:gray", markersize=3, label="idle slot (no replica trained)")
     rec = metrics.recompute(run)
     if np.isfinite(rec["healthy_throughput_tokens_per_s"]):
         ax.axhline(rec["healthy_throughput_tokens_per_s"], color="gray", linewidth=0.8,
@@ -148,6 +152,7 @@ def plot_tp_degree(run: Run, path: str) -> None:
         off = (r - (nrep - 1) / 2) * 0.06
         ax.step(x, tp[:, r] + off, where="mid", label=f"replica {r}", linewidth=1.5)
     ax.set_xlabel("executed step (row of /steps)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("live TP degree (ranks; 0 = down)")
     ax.set_ylim(-0.3, max(run.tp, int(tp.max()) if tp.size else 1) + 0.5)
     ax.yaxis.get_major_locator().set_params(integer=True)
