@@ -15,7 +15,8 @@ import pandas as pd
 from . import metrics
 from .runfile import SchemaError, load_run, paced_status
 
-# (column, header, format)
+# (column, header, format). Two tables, so that each fits a terminal: the run's figures, then
+# the recovery's seconds part by part. Text columns are left-aligned, numbers right-aligned.
 COLUMNS = [
     ("file", "file", "{}"),
     ("policy", "policy", "{}"),
@@ -29,8 +30,13 @@ COLUMNS = [
     ("goodput_ratio", "good/healthy", "{:.3f}"),
     ("ettr", "ETTR", "{:.3f}"),
     ("mfu", "MFU", "{:.4f}"),
-    ("recovery_lost_seconds", "lost s", "{:.3f}"),
-    ("recovery_recompute_seconds", "recomp s", "{:.3f}"),
+    ("recovery_seconds", "recov s", "{:.3f}"),
+    ("heal_bytes", "heal bytes", "{:.3g}"),
+    ("paced_overrun_steps", "overrun", "{:d}"),
+    ("status", "status", "{}"),
+]
+RECOVERY_COLUMNS = [
+    ("file", "file", "{}"),
     ("recovery_seconds", "recov s", "{:.3f}"),
     ("recovery_repair_seconds", "repair s", "{:.3f}"),
     ("recovery_detect_seconds", "detect s", "{:.3f}"),
@@ -39,11 +45,10 @@ COLUMNS = [
     ("recovery_spare_seconds", "spare s", "{:.3f}"),
     ("recovery_heal_seconds", "heal s", "{:.3f}"),
     ("recovery_unnamed_seconds", "other s", "{:.3f}"),
+    ("recovery_lost_seconds", "lost s", "{:.3f}"),
+    ("recovery_recompute_seconds", "recomp s", "{:.3f}"),
     ("hangs", "hangs", "{:d}"),
     ("hang_detect_seconds", "hang det s", "{:.3f}"),
-    ("heal_bytes", "heal bytes", "{:.3g}"),
-    ("paced_overrun_steps", "overrun", "{:d}"),
-    ("status", "status", "{}"),
 ]
 
 
@@ -155,15 +160,15 @@ def _fmt(value, fmt: str) -> str:
         return str(value)
 
 
-def format_table(rows: list[dict]) -> str:
-    cells = [[h for _, h, _ in COLUMNS]]
+def format_table(rows: list[dict], columns=None) -> str:
+    columns = COLUMNS if columns is None else columns
+    cells = [[h for _, h, _ in columns]]
     for r in rows:
-        cells.append([_fmt(r.get(c), f) for c, _, f in COLUMNS])
-    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+        cells.append([_fmt(r.get(c), f) for c, _, f in columns])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = []
     for n, row in enumerate(cells):
-        parts = [(c.ljust(w) if i in (0, 1, 2, 3, len(COLUMNS) - 1) else c.rjust(w))
-                 for i, (c, w) in enumerate(zip(row, widths))]
+        parts = [(c.ljust(w) if columns[i][2] == "{}" else c.rjust(w)) for i, (c, w) in enumerate(zip(row, widths))]
         lines.append("  ".join(parts).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
@@ -185,6 +190,7 @@ def main(args) -> int:
         failed |= bool(problems)
     if rows:
         print(format_table(rows))
+        print(format_table(rows, RECOVERY_COLUMNS))
         print(RECOVERY_FOOTNOTE)
         for r in rows:
             if r["failure_events"]:

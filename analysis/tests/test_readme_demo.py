@@ -25,22 +25,35 @@ def demo_policies() -> list[str]:
     return m.group(1).split()
 
 
+def tables(block: list[str]) -> list[tuple[list[str], list[str]]]:
+    """The report's tables in the block: (header names, row lines) each."""
+    heads = [i for i, line in enumerate(block) if line.startswith("file ")]
+    out = []
+    for k, i in enumerate(heads):
+        end = heads[k + 1] if k + 1 < len(heads) else len(block)
+        out.append((re.split(r"\s{2,}", block[i].strip()),
+                    [line for line in block[i + 2:end] if line.startswith("results/demo/")]))
+    return out
+
+
 def test_header_and_footnote_are_todays():
     block = readme_block()
-    today = [h for _, h, _ in report.COLUMNS]
-    assert re.split(r"\s{2,}", block[0].strip()) == today, "the report's columns changed: run `make demo` then `make readme-demo`"
+    heads = [names for names, _ in tables(block)]
+    today = [[h for _, h, _ in report.COLUMNS], [h for _, h, _ in report.RECOVERY_COLUMNS]]
+    assert heads == today, "the report's columns changed: run `make demo` then `make readme-demo`"
     assert "\n".join(block).find(report.RECOVERY_FOOTNOTE) > 0
 
 
 def test_rows_are_the_demo_and_add_up():
     block = readme_block()
-    names = re.split(r"\s{2,}", block[0].strip())
-    rows = [line for line in block[2:] if line.startswith("results/demo/")]
+    (names, rows), (recovery_names, recovery_rows) = tables(block)
     assert [r.split()[1] for r in rows] == demo_policies()
-    for line in rows:
+    assert [r.split()[0] for r in recovery_rows] == [r.split()[0] for r in rows]
+    for line, recovery_line in zip(rows, recovery_rows):
         cells = dict(zip(names, line.split()))
         assert cells["TPxPPxDP"] == "4x1x2" and cells["slots"] == "30" and cells["fail"] == "1", line
         assert cells["status"] == "ok", line
+        cells.update(dict(zip(recovery_names, recovery_line.split())))
         parts = ["repair s", "detect s", "reconf s", "spawn s", "spare s", "heal s", "other s"]
         # Each cell is rounded to 1 ms: the seven parts may miss the total by 4 ms.
         assert float(cells["recov s"]) == pytest.approx(sum(float(cells[p]) for p in parts), abs=0.0045), line
