@@ -148,7 +148,9 @@ def test_with_no_spare_left_a_revival_spawns(tmp_path):
     # The report's recovery columns name both: the spawn's seconds and the spare's.
     p = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out)], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
-    head, _, row = p.stdout.splitlines()[:3]
+    lines = p.stdout.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("file ")][1]  # the recovery's table
+    head, row = lines[at], lines[at + 2]
     cells = dict(zip([h.strip() for h in head.split("  ") if h.strip()], row.split()))
     assert float(cells["spawn s"]) > 0.1 and 0 < float(cells["spare s"]) < float(cells["spawn s"]), p.stdout
 
