@@ -122,7 +122,7 @@ TEST(Schedule, HangsAreKillsWhoseProcessStops) {
   const ntp::StepEvents& e = s.at(3);
   EXPECT_EQ(e.kill, (std::vector<int>{1, 2}));
   EXPECT_EQ(e.kill_hangs, (std::vector<char>{0, 1}));
-  EXPECT_EQ(e.kill_at, (std::vector<ntp::KillAt>{ntp::KillAt::Sync, ntp::KillAt::Sync}));
+  EXPECT_EQ(e.kill_at, (std::vector<ntp::StepPoint>{ntp::StepPoint::Sync, ntp::StepPoint::Sync}));
   EXPECT_THROW(ntp::Schedule::parse("events:\n  - {step: 3, hang: [1]}\n  - {step: 4, hang: [1]}\n", "h.yaml", 4, 10),
                ntp::ScheduleError);  // a hung rank cannot hang again before it is back
 }

@@ -421,8 +421,8 @@ TEST(Schedule, AKillInARepairNeedsAnotherKillInItsStep) {
   const Schedule s = Schedule::parse("events:\n  - {step: 3, kill: [3], at: backward}\n  - {step: 3, kill: [1, 2], at: repair}\n",
                                      "cascade.yaml", 4, 10);
   EXPECT_EQ(s.at(3).kill, (std::vector<int>{1, 2, 3}));
-  EXPECT_EQ(s.at(3).kill_at, (std::vector<KillAt>{KillAt::Repair, KillAt::Repair, KillAt::Backward}));
-  EXPECT_STREQ(kill_at_name(KillAt::Repair), "repair");
+  EXPECT_EQ(s.at(3).kill_at, (std::vector<StepPoint>{StepPoint::Repair, StepPoint::Repair, StepPoint::Backward}));
+  EXPECT_STREQ(step_point_name(StepPoint::Repair), "repair");
   for (const std::string bad : {"events:\n  - {step: 3, kill: [2], at: repair}\n",
                                 "events:\n  - {step: 3, kill: [2], at: repair}\n  - {step: 4, kill: [1]}\n",
                                 "events:\n  - {step: 3, kill: [3]}\n  - {step: 3, hang: [2], at: repair}\n",
@@ -438,8 +438,8 @@ TEST(Schedule, AKillInARepairNeedsAnotherKillInItsStep) {
   const Schedule gen = Schedule::parse("random: {mtbf_steps: 5, repair_steps: 2, seed: 9, at: any}\n", "any.yaml", 8, 200);
   int kills = 0;
   for (const auto& [step, e] : gen.events())
-    for (KillAt a : e.kill_at) {
-      EXPECT_NE(a, KillAt::Repair) << "step " << step;
+    for (StepPoint a : e.kill_at) {
+      EXPECT_NE(a, StepPoint::Repair) << "step " << step;
       ++kills;
     }
   EXPECT_GT(kills, 50);

@@ -276,7 +276,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       voted = false;
       const std::vector<int> before = members_;
       adopt(group_->shrink());
-      if (doom_ == KillAt::Repair) die();  // a schedule's failure during this repair (at: repair)
+      if (doom_ == StepPoint::Repair) die();  // a schedule's failure during this repair (at: repair)
       if (spares_)
         for (int key : spares_->repair()) spares_lost.push_back(key);
       for (const auto& added : repair_unscheduled(s, before)) repairs.push_back(added);

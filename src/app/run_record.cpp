@@ -206,14 +206,13 @@ void RunRecord::warn_first_overrun(const StepRow& row) {
   const bool link = !row.paced_peers_uneven && row.paced_link_overrun_seconds > kPacedOverrunLimit * rank_seconds;
   if (!compute && !link) return;
   warned_overrun_ = true;
-  std::fprintf(stderr,
-               "ntpbench: warning: paced timing overran at step %d: real %s ran %.3g s past emulated time (%.2g%% "
-               "of the ranks' step time, the limit is %g%%); from here this run's times are partly this machine's "
-               "(a larger --time-scale keeps up)\n",
-               row.step, compute ? "compute" : "transfers",
-               compute ? row.paced_overrun_seconds : row.paced_link_overrun_seconds,
-               100 * (compute ? row.paced_overrun_seconds : row.paced_link_overrun_seconds) / rank_seconds,
-               100 * kPacedOverrunLimit);
+  const double over = compute ? row.paced_overrun_seconds : row.paced_link_overrun_seconds;
+  fmt::print(stderr,
+             "ntpbench: warning: paced timing overran at step {}: real {} ran {:.3g} s past emulated time ({:.2g}% "
+             "of the ranks' step time, the limit is {:g}%); from here this run's times are partly this machine's "
+             "(a larger --time-scale keeps up)\n",
+             row.step, compute ? "compute" : "transfers", over, 100 * over / rank_seconds, 100 * kPacedOverrunLimit);
+  std::fflush(stderr);
 }
 
 void RunRecord::write_missing_row(const Attempt& a, int group_size) {
@@ -226,7 +225,6 @@ void RunRecord::write_missing_row(const Attempt& a, int group_size) {
 void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigures& f, double t_event,
                                 const std::vector<std::string>* kill_details, double t_kill) {
   const Recovery& rc = f.rc;
-  const double* worst = f.worst;
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
     rec_->event(make_event(t_kill >= 0 ? t_kill : t_event, s, "kill", ev.kill[i],
                            trainer_.topology().replica_of_rank(ev.kill[i]), 0, 0,
@@ -243,8 +241,8 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   for (const auto& h : ev.nodes_killed) node_event(h, "node_down", t_kill >= 0 ? t_kill : t_event);
   for (const auto& h : ev.nodes_revived) node_event(h, "node_up", t_event);
   const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
-  rec_->event(make_event(t_event, s, "detect", -1, -1, 0, worst[0], ""));
-  rec_->event(make_event(t_event + worst[0], s, "reconfigure", -1, -1, 0, worst[1], change));
+  rec_->event(make_event(t_event, s, "detect", -1, -1, 0, f.detect, ""));
+  rec_->event(make_event(t_event + f.detect, s, "reconfigure", -1, -1, 0, f.reconfigure, change));
   // Deaths no event scheduled (kill -9 from outside, a crash) are named as such.
   std::vector<int> scheduled, unscheduled;
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
@@ -252,11 +250,11 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   std::string killed = scheduled.empty() ? "" : fmt::format("kill {} ", scheduled);
   if (!unscheduled.empty()) killed += fmt::format("unscheduled death of rank(s) {} ", unscheduled);
   std::string what = fmt::format("step {:5d}: {}{}| detect {:.2f} ms | reconfigure {:.2f} ms | ", s, killed,
-                                 ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive), worst[0] * 1e3,
-                                 worst[1] * 1e3);
-  const double t_heal = t_event + worst[0] + worst[1];
+                                 ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive), f.detect * 1e3,
+                                 f.reconfigure * 1e3);
+  const double t_heal = t_event + f.detect + f.reconfigure;
   if (rc.restored) {
-    rec_->event(make_event(t_heal, s, "restore", -1, -1, f.bytes, worst[2],
+    rec_->event(make_event(t_heal, s, "restore", -1, -1, f.bytes, f.heal,
                            fmt::format("from {} (optimizer step {})", rc.restored_from, rc.restored_step)));
     const auto [lost_rows, lost_seconds] = rec_->roll_back_after(rc.restored_step);
     rec_->event(make_event(t_event, s, "rollback", -1, -1, 0, 0,
@@ -271,8 +269,8 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   } else if (trainer_.configuration().active_replicas() == 0) {
     what += fmt::format("every replica is down: idle until a revival | {}", change);
   } else {
-    rec_->event(make_event(t_heal, s, "heal", -1, -1, f.bytes, worst[2], change));
-    what += fmt::format("heal {:.2f} MB in {:.2f} ms | {}", f.bytes / 1e6, worst[2] * 1e3, change);
+    rec_->event(make_event(t_heal, s, "heal", -1, -1, f.bytes, f.heal, change));
+    what += fmt::format("heal {:.2f} MB in {:.2f} ms | {}", f.bytes / 1e6, f.heal * 1e3, change);
   }
   fmt::print("{}\n", what);
   std::fflush(stdout);
@@ -313,7 +311,7 @@ void RunRecord::record_straggler_action(int s, const StragglerAction& a, const R
   std::string what = a.why.empty() ? now : a.why;
   double seconds = 0, bytes = 0;
   if (f) {
-    seconds = f->worst[0] + f->worst[1] + f->worst[2];
+    seconds = f->seconds();
     bytes = f->bytes;
     what = fmt::format("TP {} -> {}; now {}", f->rc.before, f->rc.after, now);
   }
@@ -347,7 +345,7 @@ void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector
     rec_->incarnation_end(r, t.first);
     auto it = std::find(sched.kill.begin(), sched.kill.end(), r);
     const bool scheduled = it != sched.kill.end();
-    const std::string at = scheduled ? kill_at_name(sched.kill_at[it - sched.kill.begin()]) : "";
+    const std::string at = scheduled ? step_point_name(sched.kill_at[it - sched.kill.begin()]) : "";
     const bool hang_scheduled = scheduled && sched.kill_hangs[it - sched.kill.begin()];
     if (!hung[i].hung()) {
       how.push_back(!scheduled       ? std::string("unscheduled: the process died")

@@ -36,9 +36,10 @@ struct Attempt {
 // seconds, every rank's healed bytes, and the optimizer step before it.
 struct RecoveryFigures {
   Recovery rc;
-  double worst[3] = {0, 0, 0};
+  double detect = 0, reconfigure = 0, heal = 0;  // the slowest rank's seconds of each part
   double bytes = 0;
   int steps_before = 0;
+  double seconds() const { return detect + reconfigure + heal; }
 };
 
 // What --straggler-policy did about a verdict: kind evict, evict_refused (why says why), rejoin,

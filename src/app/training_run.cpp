@@ -48,17 +48,8 @@ struct Report {
 
 constexpr int kReportSize = sizeof(Report) / sizeof(double);
 
-// Where a rank's scheduled death strikes, as the trainer names it.
-StepPoint step_point(KillAt at) {
-  switch (at) {
-    case KillAt::Forward: return StepPoint::Forward;
-    case KillAt::Backward: return StepPoint::Backward;
-    case KillAt::Sync: return StepPoint::Sync;
-    default: return StepPoint::Optimizer;
-  }
-}
-
-const char* step_point_name(StepPoint p) {
+// A point of the step, as the watchdog's progress names it.
+const char* progress_label(StepPoint p) {
   switch (p) {
     case StepPoint::Forward: return "forward";
     case StepPoint::Backward: return "backward";
@@ -97,8 +88,8 @@ void TrainingRun::hook_into_steps() {
   if (signal()) trainer_->set_commit_agreement(true);
   if (signal()) hang_watch_ = std::make_unique<HangWatch>(hang_job_key(o_.out), me_, o_.failure_timeout);
   trainer_->set_step_hook([this](StepPoint p) {
-    progress(step_, step_point_name(p));
-    if (doom_ && *doom_ != KillAt::Start && *doom_ != KillAt::Repair && step_point(*doom_) == p) die();
+    progress(step_, progress_label(p));
+    if (doom_ == p) die();  // the trainer reports neither Start nor Repair: those are the run's own
   });
 }
 
@@ -342,7 +333,7 @@ double TrainingRun::act_on_stragglers(int s) {
       attached = attached || here;
     }
   }
-  return f.worst[0] + f.worst[1] + f.worst[2];
+  return f.seconds();
 }
 
 // Fence mode: every rank applies the schedule's membership at once.
@@ -356,12 +347,14 @@ double TrainingRun::reconfigure(int s, const StepEvents& ev) {
   release_free_memory();
   const RecoveryFigures f = figures(rc, before);
   if (root()) record_->record_recovery(s, ev, f, t_event);
-  return f.worst[0] + f.worst[1] + f.worst[2];
+  return f.seconds();
 }
 
 RecoveryFigures TrainingRun::figures(const Recovery& rc, int steps_before) {
-  RecoveryFigures f{rc, {rc.detect, rc.reconfigure, rc.heal}, rc.heal_bytes, steps_before};
-  group_->allreduce_max(f.worst, 3);
+  double slowest[3] = {rc.detect, rc.reconfigure, rc.heal};
+  group_->allreduce_max(slowest, 3);
+  RecoveryFigures f{.rc = rc, .detect = slowest[0], .reconfigure = slowest[1], .heal = slowest[2],
+                    .bytes = rc.heal_bytes, .steps_before = steps_before};
   group_->allreduce_sum(&f.bytes, 1);
   return f;
 }
@@ -373,7 +366,7 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
     double idle_seconds = 0;
     progress(s, "its start");
     try {
-      if (doom_ == KillAt::Start) die();
+      if (doom_ == StepPoint::Start) die();
       const StepResult r = attempt(s, t_start, recovery_seconds, idle_seconds);
       // A long step (a large model, a slow device) raises the limit: 10x the longest so far.
       if (hang_limit_ > 0) hang_limit_ = std::max(hang_limit_, 10 * (now() - t_start));

@@ -194,7 +194,7 @@ class TrainingRun {
   std::vector<char> alive_;
   std::vector<char> evicted_;  // per logical rank: a straggler out of the training groups (evict)
   int recorder_ = 0;  // logical rank holding the results file
-  std::optional<KillAt> doom_;  // signal mode: this rank's scheduled death in the current step
+  std::optional<StepPoint> doom_;  // signal mode: this rank's scheduled death in the current step
   bool doom_hangs_ = false;     // ... which is a hang: the process stops (SIGSTOP) instead of dying
   // Signal mode: this rank's heartbeat and progress, and its watch over its host's other ranks.
   std::unique_ptr<HangWatch> hang_watch_;

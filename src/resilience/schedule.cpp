@@ -78,20 +78,19 @@ struct RawEvent {
   bool kill;
   int rank;
   YAML::Node node;
-  KillAt at = KillAt::Start;
+  StepPoint at = StepPoint::Start;
   std::string host;  // the kill_node / revive_node it came from, else empty
   bool hang = false;  // a `hang:` entry: a kill whose process stops instead of dying
 };
 
-constexpr const char* kPhases[] = {"start", "forward", "backward", "sync", "optimizer", "repair"};
 constexpr int kStepPhases = 5;  // the phases of a step; "repair" strikes in another failure's repair
 
-// An `at:` value: one of kPhases (or, where any_ok, "any": one of the step's phases, drawn per kill,
+// An `at:` value: one of kStepPointNames (or, where any_ok, "any": one of the step's phases, drawn per kill,
 // returned as -1; the generator's kills do not strike in repairs).
 int read_phase(const Ctx& c, const YAML::Node& n, bool any_ok) {
   const std::string s = n.IsScalar() ? n.Scalar() : "";
   for (int k = 0; k < (any_ok ? kStepPhases : kStepPhases + 1); ++k)
-    if (s == kPhases[k]) return k;
+    if (s == kStepPointNames[k]) return k;
   if (any_ok && s == "any") return -1;
   c.fail(n, fmt::format("'at' must be one of start, forward, backward, sync, optimizer, {}, got '{}'",
                         any_ok ? "any" : "repair", s));
@@ -114,7 +113,7 @@ std::vector<int> ranks_on(const Ctx& c, const YAML::Node& n, const std::vector<s
 }
 
 // The ranks one event names under `kind` (kill, revive) and node_kind (kill_node, revive_node).
-void read_targets(const Ctx& c, const YAML::Node& e, int step, KillAt at, const std::vector<std::string>& hosts,
+void read_targets(const Ctx& c, const YAML::Node& e, int step, StepPoint at, const std::vector<std::string>& hosts,
                   int world_size, std::vector<RawEvent>& raw) {
   for (const std::string kind : {"kill", "hang", "revive"}) {
     const auto list = e[kind];
@@ -180,8 +179,8 @@ std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_
     for (const char* k : {"factor", "link_factor"})
       if (e[k]) c.fail(e[k], fmt::format("'{}' belongs to a slow event, e.g. {{step: 5, slow: [3], factor: 2}}", k));
     if (e["at"] && !e["kill"] && !e["hang"] && !e["kill_node"]) c.fail(e["at"], "'at' belongs to a kill or a hang");
-    const KillAt at = e["at"] ? KillAt(read_phase(c, e["at"], false)) : KillAt::Start;
-    if (at == KillAt::Repair && e["hang"])
+    const StepPoint at = e["at"] ? StepPoint(read_phase(c, e["at"], false)) : StepPoint::Start;
+    if (at == StepPoint::Repair && e["hang"])
       c.fail(e["at"], "'at: repair' belongs to a kill (a hang in a repair is not modelled)");
     read_targets(c, e, int(step), at, hosts, world_size, raw);
   }
@@ -210,7 +209,7 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
     }
     // A kill in a repair needs a failure of its step to repair.
     const auto& se = events[step];
-    const auto in_repair = [](KillAt a) { return a == KillAt::Repair; };
+    const auto in_repair = [](StepPoint a) { return a == StepPoint::Repair; };
     if (std::any_of(se.kill_at.begin(), se.kill_at.end(), in_repair) &&
         std::all_of(se.kill_at.begin(), se.kill_at.end(), in_repair))
       for (std::size_t j = i; j-- > 0 && raw[j].step == step;)
@@ -281,7 +280,7 @@ int add_random_failures(const Ctx& c, const YAML::Node& rnd, const std::set<int>
     for (int step = 1; step <= steps; ++step) {
       if (u(rng) >= 1.0 / mtbf) continue;
       events[step].kill.push_back(r);
-      events[step].kill_at.push_back(KillAt(phase >= 0 ? phase : int(phase_rng() % 5)));
+      events[step].kill_at.push_back(StepPoint(phase >= 0 ? phase : int(phase_rng() % 5)));
       events[step].kill_hangs.push_back(hang_fraction > 0 && u(hang_rng) < hang_fraction);
       const long long back = step + repair;
       if (back > steps) break;  // down for the rest of the run (repair_steps may exceed any int)
@@ -332,7 +331,7 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
   if (const auto rnd = root["random"])
     s.repair_steps_ = add_random_failures(c, rnd, explicit_ranks, world_size, steps, s.events_);
   for (auto& [step, e] : s.events_) {
-    std::vector<std::tuple<int, KillAt, char>> kills;
+    std::vector<std::tuple<int, StepPoint, char>> kills;
     for (std::size_t i = 0; i < e.kill.size(); ++i) kills.emplace_back(e.kill[i], e.kill_at[i], e.kill_hangs[i]);
     std::sort(kills.begin(), kills.end());
     for (std::size_t i = 0; i < kills.size(); ++i) std::tie(e.kill[i], e.kill_at[i], e.kill_hangs[i]) = kills[i];
@@ -343,8 +342,6 @@ Schedule Schedule::parse(const std::string& text, const std::string& name, int w
   }
   return s;
 }
-
-const char* kill_at_name(KillAt at) { return kPhases[static_cast<int>(at)]; }
 
 const StepEvents& Schedule::at(int step) const {
   static const StepEvents none;

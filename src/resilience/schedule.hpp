@@ -36,16 +36,14 @@
 #include <string>
 #include <vector>
 
+#include "step_point.hpp"
+
 namespace ntp {
 
 struct ScheduleError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Where in its step a scheduled kill strikes. Repair: in the repair of another failure of the same
-// step, right after the survivors' shrink (a failure during recovery; signal mode).
-enum class KillAt { Start, Forward, Backward, Sync, Optimizer, Repair };
-const char* kill_at_name(KillAt at);
 
 // A rank slowed from this step on: compute takes `factor` times as long, transfers `link_factor`
 // times (Pacer::set_slowdown); 1 and 1 end an episode. The slowdown is the GPU's: a process that
@@ -58,7 +56,7 @@ struct Slowdown {
 
 struct StepEvents {
   std::vector<int> kill, revive;  // logical ranks, ascending
-  std::vector<KillAt> kill_at;    // the phase of each kill, parallel to `kill`
+  std::vector<StepPoint> kill_at;  // where in the step each kill strikes, parallel to `kill` (Repair: in the repair of another failure of the step, after the survivors' shrink)
   std::vector<char> kill_hangs;   // 1 where that kill is a hang (the process stops, not dies)
   std::vector<std::string> nodes_killed, nodes_revived;  // kill_node / revive_node hosts, ascending
   std::vector<Slowdown> slow;  // by rank, ascending

@@ -23,6 +23,7 @@
 #include "options.hpp"
 #include "pacer.hpp"
 #include "phase_clock.hpp"
+#include "step_point.hpp"
 
 namespace ntp {
 
@@ -56,10 +57,6 @@ struct Recovery {
   std::string restored_from;     // checkpoint path, or "initial state"
   std::vector<int> before, after;  // TP degree per replica
 };
-
-// Points inside a step where a scheduled kill can strike (`at:` in a schedule; `start` is before
-// the step, in the driver).
-enum class StepPoint { Forward, Backward, Sync, Optimizer };
 
 // A step attempt that did not commit: some rank failed (or saw a failure) before the agreement
 // that precedes the optimizer. No parameter changed and no sample was consumed.

@@ -1,0 +1,17 @@
+#pragma once
+// A point in a training step: where the trainer tells the run it has got to (its step hook), and
+// where a schedule's kill strikes (`at:` in a schedule). Start: before the step's first
+// collective; Repair: in the repair of another failure of the same step (signal mode; the trainer
+// never reports it).
+#include <array>
+#include <string_view>
+
+namespace ntp {
+
+enum class StepPoint { Start, Forward, Backward, Sync, Optimizer, Repair };
+inline constexpr std::array<std::string_view, 6> kStepPointNames = {"start", "forward", "backward",
+                                                                     "sync", "optimizer", "repair"};
+// The schedule's name of a point (`at: backward`).
+inline const char* step_point_name(StepPoint p) { return kStepPointNames[static_cast<int>(p)].data(); }
+
+}  // namespace ntp
