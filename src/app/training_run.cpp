@@ -44,6 +44,7 @@ struct Report {
   double trained = 0, loss = 0, grad_norm = 0, overruns = 0, overrun_ratio = 0, link_overruns = 0;
   double overrun_seconds = 0, link_overrun_seconds = 0, slowed = 0;
   double rss_bytes = -1, open_fds = -1;
+  double probe_ratio = std::nan("");  // an evicted straggler's probe this step
 };
 
 constexpr int kReportSize = sizeof(Report) / sizeof(double);
@@ -447,8 +448,10 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   mine.slowed = trainer_->pacer().slowdown() != 1.0 ? 1 : 0;
   const ProcessUsage usage = process_usage();
   mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
+  if (evicted_[me_]) mine.probe_ratio = probe_ratio_;
   const auto usage_of = [](const Report& rep) {
-    return RankUsage{static_cast<std::int64_t>(rep.rss_bytes), static_cast<std::int32_t>(rep.open_fds)};
+    return RankUsage{static_cast<std::int64_t>(rep.rss_bytes), static_cast<std::int32_t>(rep.open_fds),
+                     static_cast<float>(rep.probe_ratio)};
   };
   if (stragglers_.enabled()) watch_stragglers(s, mine.phases, r);
   // Its own part first: a row written after a failed gather holds what the root knows.

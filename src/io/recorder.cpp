@@ -143,6 +143,9 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int repli
   shares_ = make_extendible(f, "ranks/compute_share", H5T_IEEE_F32LE, {hsize_t(ranks)});
   h5::set_attr(f, "ranks/compute_share", "units",
                std::string("fraction of its replica's forward FLOPs per sequence (its TP share; 0: not training)"));
+  probes_ = make_extendible(f, "ranks/probe_ratio", H5T_IEEE_F32LE, {hsize_t(ranks)});
+  h5::set_attr(f, "ranks/probe_ratio", "units",
+               std::string("an evicted straggler's probe time over the job's healthy one (NaN: not evicted)"));
   h5::set_attr(f, "/", "schema_version", std::string(kSchemaVersion));
   flush();
 }
@@ -191,6 +194,7 @@ std::unique_ptr<Recorder> Recorder::reopen(const std::string& path, int ranks, i
   r->rss_ = open_dataset(f, "ranks/rss_bytes");
   r->fds_ = open_dataset(f, "ranks/open_fds");
   r->shares_ = open_dataset(f, "ranks/compute_share");
+  r->probes_ = open_dataset(f, "ranks/probe_ratio");
   r->rows_ = read_rows<StepRow>(r->steps_, r->row_type_, 1);
   r->event_rows_ = read_rows<EventRow>(r->events_, r->event_type_, 1);
   r->incarnation_rows_ = read_rows<IncarnationRow>(r->incarnations_, r->incarnation_type_, 1);
@@ -243,6 +247,9 @@ void Recorder::append(const StepRow& row, const ReplicaRow& rep,
   append_row(rss_, H5T_NATIVE_INT64, n, {hsize_t(ranks_)}, rss.data());
   append_row(fds_, H5T_NATIVE_INT32, n, {hsize_t(ranks_)}, fds.data());
   append_row(shares_, H5T_NATIVE_FLOAT, n, {hsize_t(ranks_)}, compute_share.data());
+  std::vector<float> probes(usage.size());
+  for (std::size_t k = 0; k < usage.size(); ++k) probes[k] = usage[k].probe_ratio;
+  append_row(probes_, H5T_NATIVE_FLOAT, n, {hsize_t(ranks_)}, probes.data());
   rows_.push_back(row);
   replica_rows_.push_back(rep);
   flush();

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -99,9 +100,11 @@ EventRow make_event(double time, std::int64_t step, const std::string& kind, int
 
 // One rank's process after a step (/ranks/rss_bytes, /ranks/open_fds): -1 where no live process
 // of the rank reported (dead, or a row written without its report).
+// A rank's process after the step, and an evicted straggler's probe.
 struct RankUsage {
   std::int64_t rss_bytes = -1;
   std::int32_t open_fds = -1;
+  float probe_ratio = std::numeric_limits<float>::quiet_NaN();  // evicted: its probe over the healthy one
 };
 
 struct ReplicaRow {
@@ -150,7 +153,7 @@ class Recorder {
   std::string path_;
   std::unique_ptr<h5::File> file_;
   h5::Handle steps_, tp_degrees_, batches_, states_, phases_, events_, row_type_, event_type_, incarnations_,
-      incarnation_type_, rss_, fds_, shares_;
+      incarnation_type_, rss_, fds_, shares_, probes_;
   int ranks_ = 0, replicas_ = 0;
   std::vector<StepRow> rows_;
   std::vector<ReplicaRow> replica_rows_;

@@ -65,12 +65,19 @@ def test_evict_takes_the_straggler_out_until_its_probe_says_it_is_well(tmp_path,
     p = ntpbench(8, *PACED, "--steps", 22, "--schedule", schedule(tmp_path, SLOW_2), "--straggler-policy", "evict",
                  "--policy", "ntp", "--kill-mode", kill_mode, "--out", out)
     ev = [(s, k, r) for s, k, r, _ in event_rows(out, ("straggler", "straggler_end", "evict", "rejoin"))]
-    # Named after 3 slow steps (5-7), out from step 8; the probe reads 1x from step 15, so the end
-    # is named at 17 at the earliest and it rejoins the step after. The probe is a timed matrix
-    # product on the evicted rank: on 2 busy cores it can still read slow for a few steps after the
-    # rank is well (a clean CI run named the end at 20), so the end may come late, never early.
-    end = next((s for s, k, _ in ev if k == "straggler_end"), None)
-    assert end is not None and 17 <= end <= 21, ev
+    # Named after 3 slow steps (5-7), out from step 8. While out, it times a probe each step
+    # (/ranks/probe_ratio); the end is named at the first step that closes 3 probes in a row at or
+    # below the threshold (1.2), and it rejoins the step after. The probe reads 2x until step 14 and
+    # 1x from 15, so the end comes at 17 at the earliest; on 2 busy cores a probe can still read
+    # slow after that, and the recorded ratios say exactly when it must come.
+    with h5py.File(out, "r") as f:
+        probe = f["ranks/probe_ratio"][()][:, 2]
+    steps_out = np.flatnonzero(~np.isnan(probe)) + 1  # 1-based steps with a probe
+    assert steps_out[0] == 8, probe
+    assert (probe[7:14] > 1.2).all(), probe  # slowed 2x: steps 8-14
+    well = [s for s in steps_out if s >= 10 and (probe[s - 3:s] <= 1.2).all()]
+    end = well[0]
+    assert 17 <= end and steps_out[-1] == end, (end, probe)  # probed until the end was named, no longer
     assert ev == [(7, "straggler", 2), (8, "evict", 2), (end, "straggler_end", 2), (end + 1, "rejoin", 2)], ev
     tp, batch, share = replicas(out), replicas(out, "batch"), compute_share(out)
     assert (tp[7:end] == [3, 4]).all() and (batch[7:end] == [3, 4]).all(), (tp, batch)  # steps 8-end
