@@ -224,7 +224,13 @@ ParseResult parse_options(int argc, char** argv, bool print, int world_size) {
     if (print) app.exit(CLI::ConfigError(explain_config_error(e.what(), app.get_config_ptr()->results())));
     return {std::nullopt, 2};
   } catch (const CLI::ParseError& e) {
-    if (print) app.exit(e);
+    // A bad value read from a --config file: its file and line before the flag's message.
+    const std::string what =
+        explain_value_error(e.what(), app.get_config_ptr()->results(), std::vector<std::string>(argv, argv + argc));
+    if (print && what != e.what())
+      std::fprintf(stderr, "%s\nRun with --help for more information.\n", what.c_str());
+    else if (print)
+      app.exit(e);
     return {std::nullopt, 2};
   }
   return {o, 0};

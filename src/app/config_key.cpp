@@ -31,8 +31,9 @@ std::string trim(const std::string& s, const char* chars = " \t\r") {
 }
 
 // "FILE:LINE" of the first line of `files` that sets `key` ("section.name" inside [section]) or
-// opens it ("[section]"), or the first file alone when no line does.
-std::string where(const std::vector<std::string>& files, const std::string& key) {
+// opens it ("[section]"), or `otherwise` when no line does (the first file, when not given).
+std::string where(const std::vector<std::string>& files, const std::string& key,
+                  const std::string* otherwise = nullptr) {
   for (const std::string& file : files) {
     std::ifstream in(file);
     std::string line, section;
@@ -49,10 +50,22 @@ std::string where(const std::vector<std::string>& files, const std::string& key)
       if (name == key || section + name == key) return file + ":" + std::to_string(n);
     }
   }
+  if (otherwise) return *otherwise;
   return files.empty() ? std::string("--config") : files.front();
 }
 
 }  // namespace
+
+std::string explain_value_error(const std::string& what, const std::vector<std::string>& files,
+                                const std::vector<std::string>& args) {
+  if (what.rfind("--", 0) != 0 || files.empty()) return what;
+  const std::string flag = what.substr(0, what.find_first_of(": "));
+  for (const std::string& a : args)
+    if (a == flag || a.rfind(flag + "=", 0) == 0) return what;  // given on the command line
+  const std::string none;
+  const std::string line = where(files, flag.substr(2), &none);
+  return line.empty() ? what : line + ": " + what;
+}
 
 std::string closest_flag(const std::string& name) {
   std::string wanted = name;

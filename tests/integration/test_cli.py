@@ -166,8 +166,21 @@ def test_non_finite_config_values_are_refused(tmp_path, key, value):
     out = tmp_path / "run.h5"
     p = ntpbench(1, "--config", cfg, "--out", out, check=False)
     assert p.returncode == 2, p.stdout + p.stderr
-    assert f"--{key}: {value} is not a finite number" in p.stderr + p.stdout, p.stderr + p.stdout
+    # The file and line of the value, then the flag's message.
+    assert f"{cfg}:3: --{key}: {value} is not a finite number" in p.stderr, p.stderr + p.stdout
     assert not out.exists()
+
+
+@pytest.mark.parametrize("value, message", [('"thirty"', "--steps: 'thirty' is not a number"),
+                                            ("0", "--steps: must be above 0, not 0")])
+def test_a_bad_config_value_names_its_file_and_line(tmp_path, value, message):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'preset = "tiny"\n# thirty steps\nsteps = {value}\n')
+    p = ntpbench(1, "--config", cfg, "--out", tmp_path / "run.h5", check=False)
+    assert p.returncode == 2 and p.stderr.count(f"{cfg}:3: {message}") == 1, p.stderr + p.stdout
+    # The same value on the command line is the command line's: no file named.
+    p = ntpbench(1, "--config", cfg, "--steps", 0, "--out", tmp_path / "run.h5", check=False)
+    assert p.returncode == 2 and "--steps: must be above 0, not 0" in p.stderr and f"{cfg}:" not in p.stderr, p.stderr
 
 
 # A schedule that says nothing is refused naming the file: no failures is the run without --schedule.
