@@ -207,7 +207,6 @@ TEST(Pacer, AnEmulatedShapeChargesItsOwnCosts) {
   c.shape = {.flops = 100, .activation_bytes = 4, .activation_calls = 3, .parameter_bytes = 50, .element_bytes = 0.5};
   ntp::Pacer p(c, clock);
   EXPECT_NEAR(p.compute_seconds(1e6), 100 * kMs, kNs);                       // the target's FLOPs
-  EXPECT_NEAR(p.compute_seconds(1e6, ntp::Work::Probe), 1 * kMs, kNs);        // a probe as it is
   // Activations: 3 calls of the target's for this one, each of 4 x 0.5 the bytes, its latency each.
   EXPECT_NEAR(p.transfer_seconds(1e6, 2, Link::Tp, Traffic::Activations), 3 * (20e-6 + 2 * kMs), kNs);
   // Parameters: 50 x 0.5 the bytes, once.

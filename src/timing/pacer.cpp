@@ -24,9 +24,8 @@ PaceClock& PaceClock::steady() {
   return c;
 }
 
-double Pacer::compute_seconds(double flops, Work work) const {
-  const double charged = work == Work::Model ? flops * c_.shape.flops : flops;
-  return charged / (c_.device_gflops * 1e9 * speed_);
+double Pacer::compute_seconds(double flops) const {
+  return flops * c_.shape.flops / (c_.device_gflops * 1e9 * speed_);
 }
 
 double Pacer::transfer_seconds(double bytes, int messages, Link group, Traffic traffic) const {
@@ -91,7 +90,7 @@ double Pacer::optimizer_seconds(double parameters) const {
   return std::max(flops, memory);
 }
 
-void Pacer::pace_compute(double real, double flops, Work work) { pace_target(real, compute_seconds(flops, work)); }
+void Pacer::pace_compute(double real, double flops) { pace_target(real, compute_seconds(flops)); }
 
 void Pacer::pace_optimizer(double real, double parameters) { pace_target(real, optimizer_seconds(parameters)); }
 

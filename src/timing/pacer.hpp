@@ -69,9 +69,6 @@ enum class Traffic { Activations, Parameters };
 inline constexpr double kAdamWFlopsPerParameter = 12;
 inline constexpr double kAdamWBytesPerParameter = 28;
 
-// A compute phase of the model (charged as the target's under --emulate-shape), or a probe of the
-// rank's speed (a fixed matrix product, charged as it is).
-enum class Work { Model, Probe };
 
 // The group a transfer runs in: Tp, a replica's TP group (and its reshards); Dp, a sync slot across
 // replicas. Each group's transfers take one physical link (set_route): the scale-up link inside a
@@ -115,11 +112,12 @@ class Pacer {
 
   // Seconds the emulated device needs for `flops`, and for a transfer of `bytes` in `messages`
   // within `group` (over the link it is routed to).
-  double compute_seconds(double flops, Work work = Work::Model) const;
+  // Under --emulate-shape, `flops` of the model stand for the target's (ShapeCharge::flops).
+  double compute_seconds(double flops) const;
   double transfer_seconds(double bytes, int messages, Link group, Traffic traffic) const;
 
   // After a compute phase that took `real` seconds: sleeps until its emulated end.
-  void pace_compute(double real, double flops, Work work = Work::Model);
+  void pace_compute(double real, double flops);
   // After the optimizer's pass over `parameters` that took `real` seconds. AdamW is memory-bound on
   // a GPU: its emulated time is the longer of its FLOPs at the device's rate and its bytes at the
   // device's memory bandwidth (kAdamWFlopsPerParameter, kAdamWBytesPerParameter), both charged for

@@ -83,10 +83,15 @@ JoinState Trainer::join_state(int logical_rank) const {
 
 double Trainer::probe_seconds() {
   // An n^3 product: at least 128^3 (4.2 MFLOP, about a millisecond on one CPU core), and under
-  // paced timing large enough to take 5 ms on the emulated device, so that the real time under it
-  // does not decide the figure.
+  // paced timing large enough to take 5 ms on the emulated device, charged as the model's compute
+  // is (--emulate-shape: as the target's), so that its emulated time, not the real time under it,
+  // decides the figure. (Charged as it is, a product the scaled DGX does in 5 ms takes this CPU
+  // tens of ms: the probe then timed this machine's contention, and an evicted straggler at half
+  // speed read 0.4x.)
   const PacingConfig& pc = pacer_.config();
-  const int n = !pc.enabled ? 128 : std::clamp(int(std::cbrt(5e-3 * pc.device_gflops * 1e9 / 2)) + 1, 128, 1024);
+  const int n = !pc.enabled ? 128
+                            : std::clamp(int(std::cbrt(5e-3 * pc.device_gflops * 1e9 / (2 * pc.shape.flops))) + 1,
+                                         128, 1024);
   if (probe_.size() != std::size_t(3) * n * n) {
     probe_ = Arena(*backend_, std::size_t(3) * n * n);
     backend_->zero(probe_.data(), probe_.size());
@@ -101,7 +106,7 @@ double Trainer::probe_seconds() {
   backend_->matmul_forward(a + 2L * n * n, a, a + std::size_t(n) * n, nullptr, n, n, n, WeightLayout::OutIn);
   float done = 0;
   backend_->to_host(&done, a + 2L * n * n, 1);  // waits for a device's product
-  pacer_.pace_compute(seconds_since(t0), 2.0 * n * n * n, Work::Probe);
+  pacer_.pace_compute(seconds_since(t0), 2.0 * n * n * n);
   const double seconds = seconds_since(t0);
   pacer_.set_speed(speed);
   pacer_.set_counters(counters);
