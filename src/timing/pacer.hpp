@@ -69,7 +69,6 @@ enum class Traffic { Activations, Parameters };
 inline constexpr double kAdamWFlopsPerParameter = 12;
 inline constexpr double kAdamWBytesPerParameter = 28;
 
-
 // The group a transfer runs in: Tp, a replica's TP group (and its reshards); Dp, a sync slot across
 // replicas. Each group's transfers take one physical link (set_route): the scale-up link inside a
 // node (--tp-gbps) or the scale-out link between nodes (--dp-gbps). By default a TP group is one
