@@ -1,8 +1,9 @@
 #pragma once
 // The emulated machines of paced timing (--machine): one place for their rates. Each profile gives
 // one GPU's dense FLOP/s per precision, its memory bandwidth, its scale-up and scale-out bandwidth
-// (GB/s each way), the latency of one message and the size of its scale-up domain. Paced timing slows every rate of a
-// profile by one factor (--time-scale), so every ratio between compute and links is the machine's.
+// (GB/s each way), the latency of one message and the size of its scale-up domain. Paced timing
+// slows every rate of a profile by one factor (--time-scale), so every ratio between compute and
+// links is the machine's.
 #include <string>
 #include <vector>
 
