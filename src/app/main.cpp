@@ -35,6 +35,7 @@ std::unique_ptr<ntp::Comm> make_world(const ntp::Options& o) {
 int main(int argc, char** argv) {
   // Before anything else: the BLAS kernels are chosen when the library loads (blas_core.hpp).
   ntp::select_blas_kernels(argv);
+  ntp::ignore_broken_links();
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rank = 0;

@@ -417,6 +417,8 @@ int finish_mpi(int code) {
   std::_Exit(code);
 }
 
+void ignore_broken_links() { signal(SIGPIPE, SIG_IGN); }
+
 void leave_job(int code) {
 #ifdef NTPBENCH_HAVE_ULFM
   MPIX_Comm_revoke(MPI_COMM_WORLD);

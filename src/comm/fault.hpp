@@ -21,6 +21,12 @@ bool ulfm_compiled();
 bool ulfm_enabled();
 // Why --kill-mode signal is not available here (empty when it is).
 std::string ulfm_unavailable_reason();
+// Before MPI_Init: a write to the socket of a peer that has just died fails (EPIPE), and the
+// transport reports the peer failed, instead of SIGPIPE ending this process without a word. Open
+// MPI 5.0's TCP transport leaves SIGPIPE at its default: a survivor whose revoke broadcast
+// (MPIX_Comm_agree) wrote to a rank killed a moment before died with it, silently, and the run
+// lost a second rank nothing had scheduled (`make chaos`, seeds 150, 158 and 198).
+void ignore_broken_links();
 // An error this process cannot recover from, under ULFM: revokes the launcher's world (peers
 // blocked in a call on it, e.g. at start-up, then fail instead of waiting for this process) and
 // ends the process with `code`. Peers that have moved to shrunk groups see it as a failed rank.

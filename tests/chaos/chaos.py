@@ -171,6 +171,8 @@ def main() -> int:
     ap.add_argument("out", type=pathlib.Path)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first", type=int, default=1)
+    ap.add_argument("--also", type=int, nargs="*", default=[],
+                    help="seeds to run after the range (regressions: seeds that once failed)")
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--timeout", type=int, default=300, help="deadline of one run, seconds")
     a = ap.parse_args()
@@ -178,7 +180,7 @@ def main() -> int:
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1",
            "PRTE_MCA_prte_allowed_exit_without_sync": "1", "PRTE_MCA_state_base_recoverable": "1"}
     rows, failed = [], []
-    for seed in range(a.first, a.first + a.seeds):
+    for seed in [*range(a.first, a.first + a.seeds), *a.also]:
         rng = random.Random(seed)
         job = draw_job(rng)
         ranks = 8
