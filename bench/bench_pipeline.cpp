@@ -41,7 +41,7 @@ Options pipeline_options(int tp, int pp, int micro_batches) {
   o.tp = tp, o.pp = pp;
   o.micro_batch = 1, o.micro_batches = micro_batches;
   o.quiet = true;
-  o.timing = "paced";
+  o.timing = Timing::Paced;
   o.pacing.enabled = true;
   o.pacing.device_gflops = 2.0;  // slow enough that 8 ranks on 2 cores keep up with it
   o.pacing.tp_gbps = 50.0;

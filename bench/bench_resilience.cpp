@@ -244,7 +244,7 @@ void register_heal(const HealCase& hc) {
     o.tp = hc.tp;
     o.seq = hc.seq;
     o.micro_batch = hc.micro_batch;
-    o.policy = "ntp";
+    o.policy = Policy::Ntp;
     o.quiet = true;
     const int threads = configure_threads(0, *g_world);
     Trainer trainer(o, *g_world, o.micro_batch);

@@ -182,12 +182,12 @@ TEST(Options, ARecordFromTheFirstFilesStillLoads) {
   EXPECT_EQ(o.model.family, Family::Gpt2);
   EXPECT_EQ(o.pp, 1);
   EXPECT_EQ(o.micro_batches, 1);
-  EXPECT_EQ(o.kill_mode, "fence");
-  EXPECT_EQ(o.policy, "ntp");
-  EXPECT_EQ(o.timing, "wall");
+  EXPECT_EQ(o.kill_mode, KillMode::Fence);
+  EXPECT_EQ(o.policy, Policy::Ntp);
+  EXPECT_EQ(o.timing, Timing::Wall);
   EXPECT_FALSE(o.pacing.enabled);
-  EXPECT_EQ(o.backend, "cpu");
-  EXPECT_EQ(o.precision, "fp32");
+  EXPECT_EQ(o.backend, BackendKind::Cpu);
+  EXPECT_EQ(o.precision, Precision::Fp32);
   EXPECT_EQ(o.tp, 2);
   EXPECT_EQ(o.seed, 7u);
   EXPECT_EQ(o.opt.total_steps, 5);

@@ -12,7 +12,7 @@ namespace {
 
 Options paced_on(const std::string& machine, const std::string& scale) {
   Options o;
-  o.timing = "paced", o.pacing.enabled = true, o.machine = machine, o.time_scale = scale;
+  o.timing = Timing::Paced, o.pacing.enabled = true, o.machine = machine, o.time_scale = scale;
   o.model = preset("small"), o.preset = "small", o.seq = 64;
   return o;
 }

@@ -159,7 +159,7 @@ void resolve_machine(const CLI::App& app, Options& o) {
       throw CLI::ValidationError("--time-scale", "--time-scale must be auto or a number above 0, not '" +
                                                      o.time_scale + "'");
   }
-  if (o.emulate_shape != "none" && o.timing != "paced")
+  if (o.emulate_shape != "none" && o.timing != Timing::Paced)
     throw CLI::ValidationError("--emulate-shape", "--emulate-shape charges paced time: it needs --timing paced");
 }
 
@@ -176,11 +176,12 @@ void resolve(const CLI::App& app, const TextValues& text, Options& o, int world_
     throw CLI::ValidationError("--pp", "--pp " + std::to_string(o.pp) + " stages for a model of " +
                                            std::to_string(o.model.layers) + " layers: every stage needs a layer");
   if (o.init_weights_only && o.init_from.empty()) throw CLI::ValidationError("--init-weights-only", "needs --init-from");
-  if (o.precision != "fp32" && o.backend != "cuda")
-    throw CLI::ValidationError("--precision", "--precision " + o.precision + " needs --backend cuda; --backend " +
-                                                  o.backend + " computes in fp32 only");
+  if (o.precision != Precision::Fp32 && o.backend != BackendKind::Cuda)
+    throw CLI::ValidationError("--precision", "--precision " + choice_name(o.precision) +
+                                                  " needs --backend cuda; --backend " + choice_name(o.backend) +
+                                                  " computes in fp32 only");
   o.opt.total_steps = o.steps;
-  o.pacing.enabled = o.timing == "paced";
+  o.pacing.enabled = o.timing == Timing::Paced;
   resolve_machine(app, o);
 }
 

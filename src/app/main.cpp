@@ -24,7 +24,7 @@ namespace {
 // device buffers. Otherwise MPI; the trainer stages device buffers when ranks share GPUs.
 std::unique_ptr<ntp::Comm> make_world(const ntp::Options& o) {
 #ifdef NTPBENCH_HAVE_CUDA
-  if (o.backend == "cuda" && !o.allow_gpu_sharing) return ntp::make_nccl_comm(MPI_COMM_WORLD);
+  if (o.backend == ntp::BackendKind::Cuda && !o.allow_gpu_sharing) return ntp::make_nccl_comm(MPI_COMM_WORLD);
 #else
   (void)o;
 #endif

@@ -172,7 +172,7 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
     std::vector<SpareHandover> handover;
     for (const auto& [key, rank] : assign)
       handover.push_back({spares_->spare_number(key), spares_->host_of_spare(key), rank});
-    record_->record_revival(s, t_event, spawn_seconds, ranks, handover, o_.spare_use == "takeover");
+    record_->record_revival(s, t_event, spawn_seconds, ranks, handover, o_.spare_use == SpareUse::Takeover);
   }
   StepEvents ev;
   ev.revive = ranks;
@@ -190,7 +190,7 @@ std::vector<int> TrainingRun::dead_ranks() const {
 // --spare-use takeover, right after the repair of a death: spares take the dead ranks now, when the
 // pool can serve them all (a later revival of those ranks is then moot).
 double TrainingRun::take_over(int s, const std::vector<int>& lost) {
-  if (!spares_ || o_.spare_use != "takeover") return 0;
+  if (!spares_ || o_.spare_use != SpareUse::Takeover) return 0;
   // Every dead rank, not only this repair's: a whole host's deaths can come in two repairs, and a
   // spare host serves the host once all its ranks are known dead (SparePool::choose).
   const std::vector<int> dead = dead_ranks();
@@ -297,7 +297,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       release_free_memory();
       restored_ = restored_ || rc.restored;
       const RecoveryFigures f = figures(rc, steps_before);
-      const bool taken_over = spares_ && o_.spare_use == "takeover" && !spares_->choose(dead_ranks(), hosts_).empty();
+      const bool taken_over = spares_ && o_.spare_use == SpareUse::Takeover && !spares_->choose(dead_ranks(), hosts_).empty();
       if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s) && !taken_over) {
         throw NoProgress(fmt::format("step {}: rank(s) {} are dead, no replica can train under --policy {} and no "
                                      "revival is scheduled",

@@ -33,7 +33,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 std::string describe_kill_mode(const Options& o) {
-  if (o.kill_mode == "signal") return "signal (kills are real SIGKILLs, repaired with ULFM)";
+  if (o.kill_mode == KillMode::Signal) return "signal (kills are real SIGKILLs, repaired with ULFM)";
   const std::string why = ulfm_unavailable_reason();
   return "fence (kills are emulated: " +
          (why.empty() ? std::string("the process stays, fenced off from its peers") : why) + ")";
@@ -53,9 +53,9 @@ void RunRecord::open(int threads) {
   for (int r = 0; r < ranks; ++r) stages.push_back(Topology(ranks, r, o_.tp, o_.pp).stage);
   rec_->set_rank_stages(stages);
   rec_->set_attr("replicas", static_cast<long long>(trainer_.topology().replicas));
-  rec_->set_attr("timing", o_.timing);
-  rec_->set_attr("policy", o_.schedule.empty() ? std::string("none") : o_.policy);
-  rec_->set_attr("kill_mode", o_.kill_mode);
+  rec_->set_attr("timing", choice_name(o_.timing));
+  rec_->set_attr("policy", o_.schedule.empty() ? std::string("none") : choice_name(o_.policy));
+  rec_->set_attr("kill_mode", choice_name(o_.kill_mode.value()));
   rec_->set_attr("kill_mode_reason", describe_kill_mode(o_));
   rec_->set_attr("threads_per_rank", static_cast<long long>(threads));
   rec_->set_attr("peak_gflops_per_rank", peak_.gflops);
@@ -169,7 +169,7 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
   if (r.nonfinite)
     rec_->event(make_event(a.t_end, s, "nonfinite", -1, -1, 0, 0,
                            fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
-                                       o_.on_nonfinite == "skip" ? "skipped" : "the run stops")));
+                                       o_.on_nonfinite == OnNonfinite::Skip ? "skipped" : "the run stops")));
   std::vector<float> shares(usage_rows_.size(), 0.0f);
   for (int q = 0; q < static_cast<int>(cfg.replicas.size()); ++q) {
     const ReplicaPlan& rp = cfg.replicas[q];
@@ -263,7 +263,7 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
     rec_->event(make_event(t_event, s, "recompute", -1, -1, 0, lost_seconds, fmt::format("{} steps to redo", lost_rows)));
     // Why the state was reloaded: the policy's rule, or shards that no live rank held.
     what += fmt::format("{}: restored {} (optimizer step {}), {} steps rolled back ({:.2f} s to recompute) | {}",
-                        o_.policy == "restart" ? "--policy restart reloads the last checkpoint"
+                        o_.policy == Policy::Restart ? "--policy restart reloads the last checkpoint"
                                                : "no live replica holds every shard",
                         rc.restored_from, rc.restored_step, lost_rows, lost_seconds, change);
   } else if (trainer_.configuration().active_replicas() == 0) {
@@ -291,8 +291,8 @@ void RunRecord::record_straggler(int s, const StragglerVerdict& v, double t) {
   rec_->event(make_event(t, s, v.starts ? "straggler" : "straggler_end", v.rank, replica, 0, 0,
                          fmt::format("compute per FLOP {:.2f}x its peers' median over {} steps (threshold {:g})", v.ratio,
                                      o_.straggler_window, o_.straggler_threshold)));
-  const std::string then = o_.straggler_policy == "evict"       ? "it leaves the training groups next step"
-                           : o_.straggler_policy == "rebalance" ? "its replica shares by speed from the next step"
+  const std::string then = o_.straggler_policy == StragglerPolicy::Evict       ? "it leaves the training groups next step"
+                           : o_.straggler_policy == StragglerPolicy::Rebalance ? "its replica shares by speed from the next step"
                                                                 : "the job runs at its pace";
   if (v.starts)
     fmt::print("step {:5d}: rank {} is a straggler: its compute per FLOP took {:.2f}x its peers' (median of {} steps, "
@@ -447,7 +447,7 @@ void RunRecord::finish(double wall, const std::string& last_checkpoint, int skip
   fmt::print("done: {}, {:.0f} tokens ({:.0f} committed) in {:.2f} s | throughput {:.0f} tok/s | goodput "
              "{:.0f} tok/s | {}{}\nwrote {}{}\n",
              slots_line(skipped_steps), tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall,
-             final_loss, !o_.schedule.empty() ? " | kill mode " + o_.kill_mode : std::string(), o_.out, last_checkpoint.empty() ? "" : " and checkpoint " + last_checkpoint);
+             final_loss, !o_.schedule.empty() ? " | kill mode " + choice_name(o_.kill_mode.value()) : std::string(), o_.out, last_checkpoint.empty() ? "" : " and checkpoint " + last_checkpoint);
   if (!overrun_line().empty()) fmt::print("{}\n", overrun_line());
   if (code != 0)
     std::fprintf(stderr, "ntpbench: error: the last step's loss is not finite (%d step(s) skipped by --on-nonfinite "

@@ -45,7 +45,7 @@ int run_replay(const Options& cli, Comm& world) {
   o.pp = 1;  // each recorded step's whole global batch as one micro-batch
   o.micro_batches = 1;
   o.threads = cli.threads;
-  o.timing = "wall";
+  o.timing = Timing::Wall;
   o.pacing.enabled = false;
   o.schedule.clear();
   configure_threads(o.threads, world);

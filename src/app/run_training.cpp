@@ -89,7 +89,7 @@ void validate_data_file(const Options& o, Comm& world) {
 // built; rank 0 gathers the answers and every rank learns the verdict, so a job with no usable GPU
 // is refused once (exit 2) rather than failing on every rank.
 void check_backend(const Options& o, Comm& world) {
-  if (o.backend == "cpu") return;
+  if (o.backend == BackendKind::Cpu) return;
   const int local_rank = world.split_node()->rank();
   const auto problems = world.gather(backend_problem(o.backend, local_rank, o.allow_gpu_sharing), 0);
   const std::string why = broadcast_string(world, world.rank() == 0 ? summarize_by_rank(problems) : std::string());
@@ -113,7 +113,7 @@ Schedule validate_schedule(const Options& o, const std::vector<std::string>& hos
     const auto& ev = s.at(step);
     for (int r : ev.kill) alive[r] = 0;
     for (int r : ev.revive) alive[r] = 1;
-    if (o.kill_mode == "signal" && std::count(alive.begin(), alive.end(), 1) == 0)
+    if (o.kill_mode == KillMode::Signal && std::count(alive.begin(), alive.end(), 1) == 0)
       throw UsageError(fmt::format("{}: step {} kills every rank; with --kill-mode signal no process would be left "
                                    "to revive them (use --kill-mode fence)",
                                    o.schedule, step));
@@ -131,9 +131,9 @@ Schedule validate_schedule(const Options& o, const std::vector<std::string>& hos
 // refused with the reason.
 void settle_kill_mode(Options& o) {
   const std::string why = ulfm_unavailable_reason();
-  if (o.kill_mode.empty()) o.kill_mode = why.empty() && o.backend == "cpu" ? "signal" : "fence";
-  if (o.kill_mode == "signal" && !why.empty()) throw UsageError("--kill-mode signal: " + why);
-  if (o.kill_mode == "signal" && o.backend != "cpu")
+  if (!o.kill_mode) o.kill_mode = why.empty() && o.backend == BackendKind::Cpu ? KillMode::Signal : KillMode::Fence;
+  if (o.kill_mode == KillMode::Signal && !why.empty()) throw UsageError("--kill-mode signal: " + why);
+  if (o.kill_mode == KillMode::Signal && o.backend != BackendKind::Cpu)
     throw UsageError("--kill-mode signal needs --backend cpu for now (a replacement process cannot be placed on a "
                      "GPU yet); use --kill-mode fence");
 }
@@ -146,14 +146,14 @@ void settle_revivals_across_hosts(Options& o, const JobLayout& layout, const Sch
                                   bool root) {
   const auto& hosts = layout.trainer_hosts;
   const auto distinct = std::set<std::string>(hosts.begin(), hosts.end()).size();
-  if (o.kill_mode != "signal" || distinct < 2 || s.revives() == 0) return;
+  if (o.kill_mode != KillMode::Signal || distinct < 2 || s.revives() == 0) return;
   // Spares bring ranks back on any host: each revival (each death, under takeover) takes one.
-  const int needed = o.spare_use == "takeover" ? s.kills() : s.revives();
+  const int needed = o.spare_use == SpareUse::Takeover ? s.kills() : s.revives();
   if (layout.spares() > 0) {
     if (layout.spares() < needed)
       throw UsageError(fmt::format("{}: the schedule needs {} spare(s) ({} under --spare-use {}) but the job has {}, "
                                    "and on a job of several hosts no process can be spawned instead",
-                                   o.schedule, needed, o.spare_use == "takeover" ? "one per kill" : "one per revival",
+                                   o.schedule, needed, o.spare_use == SpareUse::Takeover ? "one per kill" : "one per revival",
                                    o.spare_use, layout.spares()));
     return;
   }
@@ -163,7 +163,7 @@ void settle_revivals_across_hosts(Options& o, const JobLayout& layout, const Sch
       distinct);
   if (mode_chosen)
     throw UsageError("--kill-mode signal: " + why + "; use --kill-mode fence, or a schedule without revivals");
-  o.kill_mode = "fence";
+  o.kill_mode = KillMode::Fence;
   if (root) fmt::print("note: kills are fenced (--kill-mode fence): {}\n", why);
 }
 
@@ -211,15 +211,15 @@ int train_from_start(const Options& o, Comm& group, Schedule schedule, std::vect
 
 int run_training(Options o, Comm& world) {
   const bool root = world.rank() == 0;
-  const bool mode_chosen = !o.kill_mode.empty();
+  const bool mode_chosen = o.kill_mode.has_value();
   settle_kill_mode(o);
   const JobLayout layout = layout_job(job_hosts(world), o.spares_per_host, o.spare_hosts);
   const int trainers = layout.trainers;
   check_degrees_divide(o, layout, world.size());
-  if (layout.spares() > 0 && o.kill_mode != "signal")
+  if (layout.spares() > 0 && o.kill_mode != KillMode::Signal)
     throw UsageError("spares (--spares-per-host, --spare-hosts) replace processes that really died: they need "
                      "--kill-mode signal (Open MPI >= 5 with ULFM, mpirun --with-ft ulfm)");
-  if (o.straggler_policy != "tolerate" && o.straggler_threshold <= 0)
+  if (o.straggler_policy != StragglerPolicy::Tolerate && o.straggler_threshold <= 0)
     throw UsageError(fmt::format("--straggler-policy {} acts on detected stragglers: set --straggler-threshold "
                                  "(e.g. 1.2)",
                                  o.straggler_policy));
@@ -227,7 +227,7 @@ int run_training(Options o, Comm& world) {
   validate_data_file(o, world);
   settle_revivals_across_hosts(o, layout, schedule, mode_chosen, root);
   // Kills fenced by default (no ULFM here) are said once, with how to make them real.
-  if (root && !mode_chosen && o.kill_mode == "fence" && schedule.kills() > 0 && !ulfm_unavailable_reason().empty())
+  if (root && !mode_chosen && o.kill_mode == KillMode::Fence && schedule.kills() > 0 && !ulfm_unavailable_reason().empty())
     fmt::print("note: the schedule's {} kill(s) will be fenced (emulated: the process stays), not real: {}\n",
                schedule.kills(), ulfm_unavailable_reason());
   if (root) note_tp_groups_across_hosts(o, layout.trainer_hosts);
@@ -238,12 +238,12 @@ int run_training(Options o, Comm& world) {
                  trainers, trainers / (o.tp * o.pp), o.pp, o.tp,
                  layout.spares() ? fmt::format(" + {} spare(s) ({})", layout.spares(), o.spare_use) : std::string(),
                  o.preset, parameter_count(o.model) / 1e6, o.steps, o.policy,
-                 o.schedule.empty() ? "none" : o.schedule, schedule.kills(), schedule.revives(), o.kill_mode, o.timing);
+                 o.schedule.empty() ? "none" : o.schedule, schedule.kills(), schedule.revives(), o.kill_mode.value(), o.timing);
     return 0;
   }
   check_backend(o, world);
   settle_out_path(o, world);
-  if (root && o.policy == "restart" && o.checkpoint_every == 0 && !schedule.empty())
+  if (root && o.policy == Policy::Restart && o.checkpoint_every == 0 && !schedule.empty())
     fmt::print("note: --policy restart without --checkpoint-every: a failure rolls back to the initial state\n");
 
   if (layout.spares() == 0) return train_from_start(o, world, std::move(schedule), layout.trainer_hosts, nullptr, {});

@@ -68,7 +68,7 @@ Peak find_peak(const Options& o, Comm& world, int threads) {
     const PacingConfig r = paced_rates(o);
     return {r.device_gflops, fmt::format("the emulated device (--machine {}, time scale {})", o.machine, r.time_scale)};
   }
-  if (o.backend != "cpu") {
+  if (o.backend != BackendKind::Cpu) {
     if (root) fmt::print("note: --backend {} without --peak-gflops: MFU is not reported\n", o.backend);
     return {0, "unknown: pass --peak-gflops (the device's peak) for MFU"};
   }
@@ -132,7 +132,7 @@ void TrainingRun::open_results() {
 void TrainingRun::note_shared_cores() {
   double per_core = double(group_->split_node()->size()) / std::max(1u, std::thread::hardware_concurrency());
   group_->allreduce_max(&per_core, 1);
-  if (root() && o_.timing == "wall" && per_core > 1) record_->note_shared_cores(per_core);
+  if (root() && o_.timing == Timing::Wall && per_core > 1) record_->note_shared_cores(per_core);
 }
 
 // /ranks/incarnations: which process holds each logical rank (the group's members not in
@@ -163,10 +163,10 @@ void TrainingRun::print_banner() const {
              batch, o_.seq, threads_, o_.timing,
              o_.schedule.empty() ? "" : fmt::format(" | policy {} | schedule {}", o_.policy, o_.schedule));
   fmt::print("data: {}\nresults: {}\n", trainer_->data().describe(), o_.out);
-  if (o_.backend == "cpu") fmt::print("blas: {}\n", blas_core_note());
+  if (o_.backend == BackendKind::Cpu) fmt::print("blas: {}\n", blas_core_note());
   if (!o_.schedule.empty()) fmt::print("kill mode: {}\n", describe_kill_mode(o_));
   if (o_.pacing.enabled) fmt::print("{}\n", describe_paced_machine(o_, calibration_ ? &*calibration_ : nullptr));
-  if (o_.backend != "cpu") fmt::print("communication: {}\n", trainer_->communication());
+  if (o_.backend != BackendKind::Cpu) fmt::print("communication: {}\n", trainer_->communication());
   std::fflush(stdout);
 }
 
@@ -176,7 +176,7 @@ void TrainingRun::calibrate_pacing() {
 }
 
 void TrainingRun::start_clock() {
-  if (o_.straggler_policy == "evict") measure_probe_base();
+  if (o_.straggler_policy == StragglerPolicy::Evict) measure_probe_base();
   group_->barrier();  // everyone starts the clock together
   t0_ = std::chrono::steady_clock::now();
   trainer_->clock().take();  // phase accounting starts with the first step
@@ -264,7 +264,7 @@ void TrainingRun::measure_probe_base() {
 double TrainingRun::act_on_stragglers(int s) {
   if (straggler_verdicts_.empty()) return 0;
   const std::vector<StragglerVerdict> verdicts = std::exchange(straggler_verdicts_, {});
-  const bool evict = o_.straggler_policy == "evict";
+  const bool evict = o_.straggler_policy == StragglerPolicy::Evict;
   std::vector<char> evicted = evicted_;
   std::vector<double> speed = trainer_->rank_speeds();
   speed.resize(alive_.size(), 1.0);
@@ -374,7 +374,7 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
       report(s, r, t_start, recovery_seconds, idle_seconds);
       if (r.nonfinite) {
         // Every rank knows (the trainer reduced the flag): the same decision everywhere.
-        if (o_.on_nonfinite == "stop")
+        if (o_.on_nonfinite == OnNonfinite::Stop)
           throw NoProgress(fmt::format("step {}: the loss or the gradient norm is not finite; no parameter was "
                                        "updated (--on-nonfinite skip would skip such steps)",
                                        s),
@@ -498,7 +498,7 @@ void TrainingRun::watch_stragglers(int s, const std::array<double, kPhaseCount>&
     if (const int q = cfg.replica_of(k); q >= 0) group[k] = q * cfg.replicas[q].stages + cfg.stage_of(k);
   for (const StragglerVerdict& v : stragglers_.observe(compute, group, probe)) {
     if (root()) record_->record_straggler(s, v, now());
-    if (o_.straggler_policy != "tolerate") straggler_verdicts_.push_back(v);
+    if (o_.straggler_policy != StragglerPolicy::Tolerate) straggler_verdicts_.push_back(v);
   }
 }
 

@@ -119,7 +119,7 @@ class TrainingRun {
   int root_index() const {
     return static_cast<int>(std::find(members_.begin(), members_.end(), recorder_) - members_.begin());
   }
-  bool signal() const { return o_.kill_mode == "signal"; }
+  bool signal() const { return o_.kill_mode == KillMode::Signal; }
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
   void hook_into_steps();
   // This rank is at `what` of step s: the watchdog's countdown starts again (--hang-timeout).

@@ -16,8 +16,8 @@ using WeightLayout = cpu::WeightLayout;
 // GEMMs take bf16 copies of their operands and accumulate and write fp32; parameters, gradients,
 // AdamW moments and every other kernel stay fp32.
 enum class Precision { Fp32, Bf16 };
-// "fp32" or "bf16"; throws std::invalid_argument otherwise.
-Precision parse_precision(const std::string& name);
+// Where the kernels run and the memory lives (--backend).
+enum class BackendKind { Cpu, Cuda };
 
 class Backend {
  public:
@@ -95,13 +95,13 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
-// "cpu", or "cuda" where the build has the CUDA backend (NTPBENCH_HAVE_CUDA); throws otherwise,
+// The CPU backend, or the CUDA one where the build has it (NTPBENCH_HAVE_CUDA); throws otherwise,
 // and for Precision::Bf16 on the CPU backend. local_rank: this rank's index on its node, which
 // picks its GPU.
-std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank, Precision precision);
-// Why backend `name` cannot run on this rank (node-local rank `local_rank`; `share_gpus`: ranks may
+std::unique_ptr<Backend> make_backend(BackendKind kind, int local_rank, Precision precision);
+// Why backend `kind` cannot run on this rank (node-local rank `local_rank`; `share_gpus`: ranks may
 // share a GPU), or "" when it can: an unknown backend, a build without CUDA, no usable GPU of its
 // own. Asks the device, builds nothing; make_backend fails for the same reasons.
-std::string backend_problem(const std::string& name, int local_rank, bool share_gpus);
+std::string backend_problem(BackendKind kind, int local_rank, bool share_gpus);
 
 }  // namespace ntp

@@ -163,33 +163,26 @@ std::unique_ptr<Backend> make_cuda_backend(int local_rank, Precision precision);
 std::string cuda_device_problem(int local_rank, bool share);
 #endif
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::Fp32;
-  if (name == "bf16") return Precision::Bf16;
-  throw std::invalid_argument("unknown precision '" + name + "' (fp32, bf16)");
-}
-
-std::unique_ptr<Backend> make_backend(const std::string& name, int local_rank, Precision precision) {
-  if (name == "cpu") {
+std::unique_ptr<Backend> make_backend(BackendKind kind, int local_rank, Precision precision) {
+  if (kind == BackendKind::Cpu) {
     if (precision != Precision::Fp32)
       throw std::invalid_argument("--precision bf16 needs --backend cuda: the CPU backend computes in fp32 only");
     return make_cpu_backend();
   }
 #ifdef NTPBENCH_HAVE_CUDA
-  if (name == "cuda") return make_cuda_backend(local_rank, precision);
+  if (kind == BackendKind::Cuda) return make_cuda_backend(local_rank, precision);
 #endif
-  throw std::invalid_argument(backend_problem(name, local_rank, false));
+  throw std::invalid_argument(backend_problem(kind, local_rank, false));
 }
 
-std::string backend_problem(const std::string& name, int local_rank, bool share_gpus) {
-  if (name == "cpu") return {};
+std::string backend_problem(BackendKind kind, int local_rank, bool share_gpus) {
+  if (kind == BackendKind::Cpu) return {};
 #ifdef NTPBENCH_HAVE_CUDA
-  if (name == "cuda") return cuda_device_problem(local_rank, share_gpus);
+  return cuda_device_problem(local_rank, share_gpus);
 #else
   (void)local_rank, (void)share_gpus;
-  if (name == "cuda") return "--backend cuda: this build has no CUDA backend (nvcc not found)";
+  return "--backend cuda: this build has no CUDA backend (nvcc not found)";
 #endif
-  return "unknown backend '" + name + "' (cpu, cuda)";
 }
 
 }  // namespace ntp

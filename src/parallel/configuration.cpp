@@ -31,24 +31,6 @@ std::vector<int> Topology::replica_ranks(int r) const {
   return ranks;
 }
 
-Policy parse_policy(const std::string& name) {
-  if (name == "dp-drop") return Policy::DpDrop;
-  if (name == "ntp") return Policy::Ntp;
-  if (name == "ntp-pw") return Policy::NtpPw;
-  if (name == "restart") return Policy::Restart;
-  throw std::invalid_argument("unknown policy '" + name + "' (dp-drop, ntp, ntp-pw, restart)");
-}
-
-std::string policy_name(Policy p) {
-  switch (p) {
-    case Policy::DpDrop: return "dp-drop";
-    case Policy::Ntp: return "ntp";
-    case Policy::NtpPw: return "ntp-pw";
-    case Policy::Restart: return "restart";
-  }
-  return "?";
-}
-
 int Configuration::active_replicas() const {
   return static_cast<int>(std::count_if(replicas.begin(), replicas.end(), [](auto& r) { return r.active(); }));
 }

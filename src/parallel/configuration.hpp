@@ -22,8 +22,6 @@ struct Topology {
 };
 
 enum class Policy { DpDrop, Ntp, NtpPw, Restart };
-Policy parse_policy(const std::string& name);  // throws std::invalid_argument
-std::string policy_name(Policy p);
 
 enum class ReplicaState : signed char { Healthy = 0, Degraded = 1, Down = 2 };
 

@@ -1,6 +1,8 @@
 #include "option_table.hpp"
 
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include "machine_profile.hpp"
 
@@ -10,6 +12,14 @@ namespace {
 
 // A reference to one member of Options, as a FieldRef of the member's type.
 #define NTP_FIELD(member) [](Options& o) -> auto& { return o.member; }
+
+// An option naming one of an enum's values (choices.hpp), read and written as its name.
+template <auto Member>
+TextField choice_field() {
+  using E = std::remove_reference_t<decltype(std::declval<Options&>().*Member)>;
+  return TextField{[](const Options& o) -> std::string { return choice_name(o.*Member); },
+                   [](Options& o, const std::string& s) { o.*Member = parse_choice<E>(s); }};
+}
 
 // --emulate-shape: none, or a preset.
 std::vector<std::string> shape_choices() {
@@ -160,14 +170,14 @@ std::vector<OptionSpec> hardware_options() {
        .help = "Peak GFLOP/s of one rank for MFU (0: the machine's SGEMM peak at the rank's threads, probed at "
                "start and never below the best earlier probe, cached in ~/.cache/ntpbench; see results/README.md)",
        .check = Check::NonNegative},
-      {.flag = "--backend", .key = "backend", .field = NTP_FIELD(backend),
+      {.flag = "--backend", .key = "backend", .field = choice_field<&Options::backend>(),
        .help = "Where kernels run: cpu (OpenBLAS + OpenMP) or cuda (cuBLAS, one GPU per rank)",
-       .check = Check::OneOf, .choices = {"cpu", "cuda"}, .missing = Missing::Default},
-      {.flag = "--precision", .key = "precision", .field = NTP_FIELD(precision),
+       .check = Check::OneOf, .choices = choice_names<BackendKind>(), .missing = Missing::Default},
+      {.flag = "--precision", .key = "precision", .field = choice_field<&Options::precision>(),
        .help = "GEMM arithmetic: fp32, or bf16 (needs --backend cuda): every matmul and attention product runs on "
                "bf16 copies of its operands with fp32 accumulation and output; weights (the fp32 master copy), "
                "gradients, AdamW and all other kernels stay fp32",
-       .check = Check::OneOf, .choices = {"fp32", "bf16"}, .missing = Missing::Default},
+       .check = Check::OneOf, .choices = choice_names<Precision>(), .missing = Missing::Default},
       {.flag = "--allow-gpu-sharing", .key = "allow_gpu_sharing", .field = NTP_FIELD(allow_gpu_sharing),
        .help = "With --backend cuda: allow more ranks than GPUs on a node (ranks then share GPUs)",
        .missing = Missing::Default},
@@ -181,18 +191,21 @@ std::vector<OptionSpec> failure_options() {
                "(kill_node/revive_node), and/or a random generator, whose hang_fraction makes a share of its "
                "failures hangs)",
        .check = Check::ExistingFile, .missing = Missing::Default},
-      {.flag = "--policy", .key = "policy", .field = NTP_FIELD(policy),
+      {.flag = "--policy", .key = "policy", .field = choice_field<&Options::policy>(),
        .help = "Recovery policy: dp-drop (a damaged replica stops), ntp (it runs at reduced TP with a smaller "
                "batch), ntp-pw (reduced TP, full batch, boosted ranks), restart (all roll back to the last "
                "checkpoint)",
-       .check = Check::OneOf, .choices = {"dp-drop", "ntp", "ntp-pw", "restart"}, .missing = Missing::Default},
-      {.flag = "--kill-mode", .key = "kill_mode", .field = NTP_FIELD(kill_mode),
+       .check = Check::OneOf, .choices = choice_names<Policy>(), .missing = Missing::Default},
+      {.flag = "--kill-mode", .key = "kill_mode", .field = TextField{[](const Options& o) -> std::string { return o.kill_mode ? choice_name(*o.kill_mode) : ""; },
+                          [](Options& o, const std::string& s) {
+                            o.kill_mode = s.empty() ? std::nullopt : std::optional(parse_choice<KillMode>(s));
+                          }},
        .help = "How a scheduled kill kills: signal (the rank's process dies by SIGKILL, at the event's `at:` "
                "phase; the others learn it from MPI and repair with ULFM; needs Open MPI >= 5 and mpirun --with-ft "
                "ulfm) or fence (the rank leaves the communicators and idles; any MPI). Default: signal where the "
                "job runs with ULFM, else fence; also fence on a job of several hosts whose schedule revives ranks "
                "(Open MPI 5.0 cannot connect a process spawned there)",
-       .check = Check::OneOf, .choices = {"signal", "fence"}, .missing = Missing::Legacy, .legacy = "fence"},
+       .check = Check::OneOf, .choices = choice_names<KillMode>(), .missing = Missing::Legacy, .legacy = "fence"},
       {.flag = "--hang-timeout", .key = "hang_timeout", .field = NTP_FIELD(hang_timeout),
        .help = "Seconds a rank may go without progress (no phase of a step, repair, revival or checkpoint "
                "ending) before it prints where it waits and ends the job with exit code 5; the limit grows to 10x "
@@ -220,14 +233,14 @@ std::vector<OptionSpec> failure_options() {
        .help = "Consecutive steps a rank's compute must stay above --straggler-threshold to be named a straggler, "
                "and at or below it to be one no longer",
        .check = Check::Positive, .missing = Missing::Default},
-      {.flag = "--straggler-policy", .key = "stragglers/policy", .field = NTP_FIELD(straggler_policy),
+      {.flag = "--straggler-policy", .key = "stragglers/policy", .field = choice_field<&Options::straggler_policy>(),
        .help = "What a straggler's verdict does from the next step (needs --straggler-threshold): tolerate (the "
                "job runs at its pace), evict (it leaves the training groups as if failed under --policy, its "
                "process alive; a probe it runs while the others train names the end of its episode, and it "
                "rejoins, healed from its peers) or rebalance (its replica keeps every rank and shares heads, MLP "
                "columns and vocabulary rows in proportion to measured speed, and takes the largest batch that "
                "keeps pace with a healthy replica, within 2%)",
-       .check = Check::OneOf, .choices = {"tolerate", "evict", "rebalance"}, .missing = Missing::Default},
+       .check = Check::OneOf, .choices = choice_names<StragglerPolicy>(), .missing = Missing::Default},
       {.flag = "--spares-per-host", .key = "spares/per_host", .field = NTP_FIELD(spares_per_host),
        .help = "Spare processes: the last K processes of every host train nothing and replace a dead rank of that "
                "host (--spare-use); start the job with that many more processes than TP x PP x DP",
@@ -236,20 +249,20 @@ std::vector<OptionSpec> failure_options() {
        .help = "Spare hosts: every process of the last H hosts is a spare, which can replace ranks of any host "
                "(the ranks of one dead host go to one spare host, so TP groups stay inside a host)",
        .check = Check::NonNegative, .missing = Missing::Default},
-      {.flag = "--spare-use", .key = "spares/use", .field = NTP_FIELD(spare_use),
+      {.flag = "--spare-use", .key = "spares/use", .field = choice_field<&Options::spare_use>(),
        .help = "With spares and --kill-mode signal: revive (a scheduled or generated revival is served by a spare "
                "instead of a spawned process) or takeover (a hot spare takes a dead rank's place in the repair of "
                "the death itself, healed from its peers). Without a spare left: spawn on one host",
-       .check = Check::OneOf, .choices = {"revive", "takeover"}, .missing = Missing::Default},
-      {.flag = "--on-nonfinite", .key = "on_nonfinite", .field = NTP_FIELD(on_nonfinite),
+       .check = Check::OneOf, .choices = choice_names<SpareUse>(), .missing = Missing::Default},
+      {.flag = "--on-nonfinite", .key = "on_nonfinite", .field = choice_field<&Options::on_nonfinite>(),
        .help = "A non-finite loss or gradient norm, caught before the update touches any parameter: stop "
                "(record the step as not committed, end the run with exit code 4) or skip (no update, the batch "
                "is consumed; skipped steps are counted in /summary)",
-       .check = Check::OneOf, .choices = {"stop", "skip"}, .missing = Missing::Default},
-      {.flag = "--timing", .key = "timing", .field = NTP_FIELD(timing),
+       .check = Check::OneOf, .choices = choice_names<OnNonfinite>(), .missing = Missing::Default},
+      {.flag = "--timing", .key = "timing", .field = choice_field<&Options::timing>(),
        .help = "wall: real time; paced: each rank emulates one GPU of --machine, slowed by --time-scale (for more "
                "ranks than cores)",
-       .check = Check::OneOf, .choices = {"wall", "paced"}, .missing = Missing::Default},
+       .check = Check::OneOf, .choices = choice_names<Timing>(), .missing = Missing::Default},
       {.flag = "--machine", .key = "pacing/machine", .field = NTP_FIELD(machine),
        .help = "Paced: the machine each rank emulates one GPU of: dgx-a100, dgx-h100 or gb200-nvl72 (device FLOP/s, "
                "NVLink and NIC bandwidth, latency; src/timing/machine_profile.cpp names the sources), or custom "

@@ -30,7 +30,7 @@ Options options_from_json(const nlohmann::json& j) {
       throw std::invalid_argument("the recorded configuration has no '" + s.key + "'");
     // Missing::Default: o already holds today's default.
   }
-  o.pacing.enabled = o.timing == "paced";
+  o.pacing.enabled = o.timing == Timing::Paced;
   return o;
 }
 

@@ -3,11 +3,13 @@
 // recorded as JSON in the results file so a run can be replayed. Each option is declared once, in
 // option_table.cpp (flag, JSON key, help, checks); a new field here needs its row there.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "choices.hpp"
 #include "model_config.hpp"
 #include "optimizer.hpp"
 #include "pacer.hpp"
@@ -39,12 +41,12 @@ struct Options {
   double peak_gflops = 0; // per rank, for MFU; 0 = measure sgemm at start-up
   bool quiet = false;
   std::string schedule;          // failure schedule (YAML); "" = no failures
-  std::string policy = "ntp";    // dp-drop, ntp, ntp-pw, restart
+  Policy policy = Policy::Ntp;
   // signal: a killed rank's process dies (SIGKILL) and the survivors repair with ULFM; fence: it
-  // leaves the communicators and idles. "" until start-up picks: signal where ULFM is on.
-  std::string kill_mode;
+  // leaves the communicators and idles. Empty until start-up picks: signal where ULFM is on.
+  std::optional<KillMode> kill_mode;
   // A non-finite loss or gradient norm: stop (the run ends, exit 4) or skip the update.
-  std::string on_nonfinite = "stop";
+  OnNonfinite on_nonfinite = OnNonfinite::Stop;
   // A rank that makes no progress (no phase of a step, repair, revival or checkpoint ends) for
   // this long, or 10x its longest step so far if that is more, ends the job (exit code 5): the way
   // out of a hang no error ends. 0: never.
@@ -52,14 +54,14 @@ struct Options {
   double failure_timeout = 10;  // a hung rank's heartbeat stops this long (hang_watch.hpp)
   double straggler_threshold = 0;  // compute over its peers' median (e.g. 1.2); 0: no detection (straggler.hpp)
   int straggler_window = 5;          // ... for this many consecutive steps
-  std::string straggler_policy = "tolerate";  // tolerate | evict | rebalance (training_run.cpp)
+  StragglerPolicy straggler_policy = StragglerPolicy::Tolerate;  // what a verdict does (training_run.cpp)
   // Spare processes (app/spares.hpp): the last K processes of every host, and every process of
   // the last H hosts, hold no training state and replace dead ranks: at their revival (revive) or
   // in the repair of the death itself (takeover).
   int spares_per_host = 0;
   int spare_hosts = 0;
-  std::string spare_use = "revive";
-  std::string timing = "wall";   // wall or paced
+  SpareUse spare_use = SpareUse::Revive;
+  Timing timing = Timing::Wall;
   // Paced timing's emulated machine (timing/machine_profile.hpp; custom: the rates in `pacing` as
   // given), the factor every rate is slowed by ("auto" until calibrated at start-up, then the
   // number), the headroom auto leaves, the precision of the profile's FLOP/s, and the preset whose
@@ -71,8 +73,8 @@ struct Options {
   std::string emulate_shape = "none";
   PacingConfig pacing;  // enabled, boost, and custom's rates (the flags); paced_rates() for the rates run
   bool check = false;            // validate configuration and schedule, then exit
-  std::string backend = "cpu";   // cpu or cuda (kernels and memory; see src/backend/backend.hpp)
-  std::string precision = "fp32";  // fp32 or bf16 GEMMs (bf16: cuda only; see src/backend/backend.hpp)
+  BackendKind backend = BackendKind::Cpu;  // kernels and memory (src/backend/backend.hpp)
+  Precision precision = Precision::Fp32;  // of the GEMMs (bf16: cuda only; src/backend/backend.hpp)
   bool allow_gpu_sharing = false;  // cuda: let several ranks share one GPU
 
   // Field by field (the option round-trip test compares a run's options with their JSON record).

@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 Configuration plan_for(const Options& o, const Topology& topo, const std::vector<char>& alive,
                        const std::vector<double>& rank_speed) {
-  Configuration c = plan_configuration(parse_policy(o.policy), topo, o.model, replica_batch(o), o.pacing.boost,
+  Configuration c = plan_configuration(o.policy, topo, o.model, replica_batch(o), o.pacing.boost,
                                        alive, o.micro_batches);
   rebalance_by_speed(c, o.model, o.seq, o.tp, replica_batch(o), o.micro_batches, rank_speed);
   return c;
@@ -41,8 +41,8 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
   });
   // The CUDA backend reads this when it picks a GPU (src/backend/backend_cuda.cu).
   if (o.allow_gpu_sharing) setenv("NTPBENCH_ALLOW_GPU_SHARING", "1", 1);
-  backend_ = make_backend(o.backend, o.backend == "cpu" ? 0 : world.split_node()->rank(), parse_precision(o.precision));
-  stage_device_buffers_ = o.backend != "cpu" && o.allow_gpu_sharing;
+  backend_ = make_backend(o.backend, o.backend == BackendKind::Cpu ? 0 : world.split_node()->rank(), o.precision);
+  stage_device_buffers_ = o.backend != BackendKind::Cpu && o.allow_gpu_sharing;
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
   cfg_ = plan_for(o, topo_, std::vector<char>(n_, 1));
   valid_.assign(topo_.replicas, 1);
@@ -64,7 +64,7 @@ Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& 
     if (sync_) sync_->progress();
   });
   // Only the CPU backend joins this way (--kill-mode signal is refused with GPUs).
-  backend_ = make_backend(o.backend, 0, parse_precision(o.precision));
+  backend_ = make_backend(o.backend, 0, o.precision);
   data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
   rank_speed_ = join.rank_speed;
   cfg_ = plan_for(o, topo_, join.alive, rank_speed_);
@@ -121,7 +121,7 @@ void Trainer::revoke_all() {
 Trainer::~Trainer() = default;
 
 std::string Trainer::communication() const {
-  if (o_.backend == "cpu") return "MPI";
+  if (o_.backend == BackendKind::Cpu) return "MPI";
   if (stage_device_buffers_)
     return "MPI with host staging of device buffers (--allow-gpu-sharing: NCCL refuses two ranks on one GPU)";
   return "NCCL for device buffers (one communicator per TP group and sync slot, rebuilt at every membership "
@@ -230,7 +230,7 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   if (r.nonfinite) {
     // --on-nonfinite skip: the batch is consumed without an update; stop: nothing advances (the
     // driver ends the run).
-    if (o_.on_nonfinite == "skip") cursor_ += r.samples;
+    if (o_.on_nonfinite == OnNonfinite::Skip) cursor_ += r.samples;
     r.phase_seconds = clock_.take();
     return r;
   }

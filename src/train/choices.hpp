@@ -1,0 +1,99 @@
+#pragma once
+// The options whose value is one of a few names (--policy, --kill-mode, --spare-use,
+// --straggler-policy, --timing, --on-nonfinite, --backend, --precision): an enum each, parsed once from the text the
+// option table reads (command line, --config TOML, the JSON record), so the code compares enums
+// and each name is written once, here.
+#include <array>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend.hpp"        // BackendKind, Precision
+#include "configuration.hpp"  // Policy
+
+namespace ntp {
+
+// How a scheduled kill kills (options.hpp): the process dies (SIGKILL, ULFM repair) or leaves the
+// communicators and idles.
+enum class KillMode { Signal, Fence };
+enum class SpareUse { Revive, Takeover };
+enum class StragglerPolicy { Tolerate, Evict, Rebalance };
+enum class Timing { Wall, Paced };
+enum class OnNonfinite { Stop, Skip };
+
+// Each enum's names, in the order of its values.
+template <typename E>
+struct Names;
+template <>
+struct Names<Policy> {
+  static constexpr std::array<std::string_view, 4> list{"dp-drop", "ntp", "ntp-pw", "restart"};
+};
+template <>
+struct Names<KillMode> {
+  static constexpr std::array<std::string_view, 2> list{"signal", "fence"};
+};
+template <>
+struct Names<SpareUse> {
+  static constexpr std::array<std::string_view, 2> list{"revive", "takeover"};
+};
+template <>
+struct Names<StragglerPolicy> {
+  static constexpr std::array<std::string_view, 3> list{"tolerate", "evict", "rebalance"};
+};
+template <>
+struct Names<Timing> {
+  static constexpr std::array<std::string_view, 2> list{"wall", "paced"};
+};
+template <>
+struct Names<BackendKind> {
+  static constexpr std::array<std::string_view, 2> list{"cpu", "cuda"};
+};
+template <>
+struct Names<Precision> {
+  static constexpr std::array<std::string_view, 2> list{"fp32", "bf16"};
+};
+template <>
+struct Names<OnNonfinite> {
+  static constexpr std::array<std::string_view, 2> list{"stop", "skip"};
+};
+
+// True for the enums above: those with names.
+template <typename E, typename = void>
+inline constexpr bool is_choice = false;
+template <typename E>
+inline constexpr bool is_choice<E, std::void_t<decltype(Names<E>::list)>> = true;
+
+template <typename E>
+std::string choice_name(E e) {
+  return std::string(Names<E>::list.at(static_cast<std::size_t>(e)));
+}
+
+template <typename E>
+std::vector<std::string> choice_names() {
+  return {Names<E>::list.begin(), Names<E>::list.end()};
+}
+
+// The value named `text`; std::invalid_argument naming the choices otherwise.
+template <typename E>
+E parse_choice(std::string_view text) {
+  for (std::size_t i = 0; i < Names<E>::list.size(); ++i)
+    if (Names<E>::list[i] == text) return static_cast<E>(i);
+  std::string known;
+  for (std::string_view n : Names<E>::list) known += (known.empty() ? "" : ", ") + std::string(n);
+  throw std::invalid_argument("unknown value '" + std::string(text) + "' (" + known + ")");
+}
+
+}  // namespace ntp
+
+// fmt prints a choice as its name ("policy {}" -> "policy ntp").
+template <typename E>
+struct fmt::formatter<E, char, std::enable_if_t<ntp::is_choice<E>>> : fmt::formatter<std::string_view> {
+  auto format(E e, fmt::format_context& ctx) const {
+    return fmt::formatter<std::string_view>::format(ntp::Names<E>::list.at(static_cast<std::size_t>(e)), ctx);
+  }
+};
