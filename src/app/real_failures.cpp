@@ -16,53 +16,19 @@
 
 namespace ntp {
 
-namespace {
-nlohmann::json stragglers_to_json(const std::vector<StragglerDetector::RankState>& state) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const auto& r : state) j.push_back({{"straggler", r.straggler}, {"streak", r.streak}});
-  return j;
-}
-}  // namespace
+// The join message as JSON: each field named once, here (nlohmann's macros); the options go
+// through their own record (option_table.hpp), as in the results file.
+void to_json(nlohmann::json& j, const Options& o) { j = to_json(o); }
+void from_json(const nlohmann::json& j, Options& o) { o = options_from_json(j); }
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Peak, gflops, source)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StragglerDetector::RankState, straggler, streak)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinState, logical_rank, alive, rank_speed, valid, cursor, initial_cursor, steps,
+                                   initial_steps, restore_path)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinMessage, options, step, elapsed, ranks, state, last_checkpoint, recorder, hosts,
+                                   peak, added_revivals, stragglers, evicted, probe_base)
 
-nlohmann::json to_json(const JoinMessage& m) {
-  const JoinState& s = m.state;
-  return {{"options", to_json(m.options)}, {"step", m.step}, {"elapsed", m.elapsed}, {"ranks", m.ranks},
-          {"alive", std::vector<int>(s.alive.begin(), s.alive.end())},
-          {"valid", std::vector<int>(s.valid.begin(), s.valid.end())}, {"cursor", s.cursor},
-          {"initial_cursor", s.initial_cursor}, {"steps", s.steps}, {"initial_steps", s.initial_steps},
-          {"restore_path", s.restore_path}, {"last_checkpoint", m.last_checkpoint},
-          {"threads", m.options.threads}, {"recorder", m.recorder}, {"hosts", m.hosts},
-          {"peak_gflops", m.peak.gflops}, {"peak_source", m.peak.source}, {"added_revivals", m.added_revivals},
-          {"rank_speed", s.rank_speed}, {"evicted", m.evicted}, {"probe_base", m.probe_base},
-          {"stragglers", stragglers_to_json(m.stragglers)}};
-}
-
-JoinMessage join_message_from_json(const nlohmann::json& j) {
-  JoinMessage m;
-  m.options = options_from_json(j.at("options"));
-  m.options.threads = j.at("threads");
-  m.step = j.at("step");
-  m.elapsed = j.at("elapsed");
-  m.ranks = j.at("ranks").get<std::vector<int>>();
-  for (int a : j.at("alive").get<std::vector<int>>()) m.state.alive.push_back(char(a));
-  for (int v : j.at("valid").get<std::vector<int>>()) m.state.valid.push_back(char(v));
-  m.state.cursor = j.at("cursor");
-  m.state.initial_cursor = j.at("initial_cursor");
-  m.state.steps = j.at("steps");
-  m.state.initial_steps = j.at("initial_steps");
-  m.state.restore_path = j.at("restore_path");
-  m.last_checkpoint = j.at("last_checkpoint");
-  m.recorder = j.at("recorder");
-  m.hosts = j.at("hosts").get<std::vector<std::string>>();
-  m.peak = {j.at("peak_gflops").get<double>(), j.at("peak_source").get<std::string>()};
-  m.added_revivals = j.at("added_revivals").get<std::vector<std::pair<int, int>>>();
-  m.state.rank_speed = j.at("rank_speed").get<std::vector<double>>();
-  m.evicted = j.at("evicted").get<std::vector<int>>();
-  m.probe_base = j.at("probe_base");
-  for (const auto& r : j.at("stragglers"))
-    m.stragglers.push_back({r.at("straggler").get<bool>(), r.at("streak").get<std::vector<double>>()});
-  return m;
-}
+nlohmann::json to_json(const JoinMessage& m) { return m; }
+JoinMessage join_message_from_json(const nlohmann::json& j) { return j.get<JoinMessage>(); }
 
 // A string from the group's rank 0 to every member.
 std::string broadcast_string(Comm& c, std::string s) {
