@@ -30,6 +30,19 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinMessage, options, step, elapsed, ranks, s
 nlohmann::json to_json(const JoinMessage& m) { return m; }
 JoinMessage join_message_from_json(const nlohmann::json& j) { return j.get<JoinMessage>(); }
 
+namespace {
+// One repair as the group saw it: the first and the last rank's notice of the failure, and the
+// slowest rank's repair time.
+struct RepairClock {
+  double first_notice, last_notice, repair;
+};
+RepairClock reduce_repair_clock(Comm& group, double notice, double repair) {
+  double v[3] = {notice, -notice, repair};  // one max-reduction: the max of -t is the min of t
+  group.allreduce_max(v, 3);
+  return {-v[1], v[0], v[2]};
+}
+}  // namespace
+
 // A string from the group's rank 0 to every member.
 std::string broadcast_string(Comm& c, std::string s) {
   long long n = static_cast<long long>(s.size());
@@ -247,8 +260,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
         for (int key : spares_->repair()) spares_lost.push_back(key);
       for (const auto& added : repair_unscheduled(s, before)) repairs.push_back(added);
       if (!alive_[recorder_]) recorder_ = members_.front();
-      double times[3] = {t_notice, -t_notice, now() - t0};  // last notice, first notice, repair
-      group_->allreduce_max(times, 3);
+      const RepairClock clock = reduce_repair_clock(*group_, t_notice, now() - t0);
       std::vector<int> lost;
       for (int r : at_start)
         if (!alive_[r] && std::find(recorded.begin(), recorded.end(), r) == recorded.end()) lost.push_back(r);
@@ -270,10 +282,10 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
                                      s, dead_ranks(), o_.policy));
       }
       if (root()) {
-        record_->record_repair(s, schedule_, repairs, lost, {t_attempt, -times[1], times[0], times[2]}, f, hung);
+        record_->record_repair(s, schedule_, repairs, lost, {t_attempt, clock.first_notice, clock.last_notice, clock.repair}, f, hung);
         std::vector<SpareHandover> gone;
         for (int key : spares_lost) gone.push_back({spares_->spare_number(key), spares_->host_of_spare(key), -1});
-        record_->record_spares_lost(s, -times[1], gone);
+        record_->record_spares_lost(s, clock.first_notice, gone);
       }
       recorded.insert(recorded.end(), lost.begin(), lost.end());
       spares_lost.clear();

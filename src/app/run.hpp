@@ -1,5 +1,6 @@
 #pragma once
-// The two things the ntpbench binary does: train (and record), or replay a recorded run.
+// What the ntpbench binary does: train (and record) or replay a recorded run, and the checks of
+// the input both make before they start (exit code 2 on every rank together).
 #include "comm.hpp"
 #include "options.hpp"
 

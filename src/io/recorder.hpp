@@ -1,7 +1,8 @@
 #pragma once
-// The results file of a run (rank 0 writes it). Rows are appended to extendible, chunked
-// datasets and the file is flushed after every step, so a job killed mid-run leaves a file that
-// opens and holds every completed step. See results/README.md for the schema.
+// The results file of a run (written by the recorder's rank: logical rank 0, or after its death
+// the lowest live rank, which reopens the file and goes on). Rows are appended to extendible,
+// chunked datasets and the file is flushed after every step, so a job killed mid-run leaves a
+// file that opens and holds every completed step. See results/README.md for the schema.
 #include <array>
 #include <cstddef>
 #include <cstdint>
