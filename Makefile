@@ -175,7 +175,7 @@ demo: deps build
 	  [ $$scale != auto ] || scale=$$($(PY) -c 'import h5py, json, sys; print(json.loads(h5py.File(sys.argv[1]).attrs["paced_machine"])["time_scale"])' results/demo/$$p.h5) || exit 1; \
 	done
 	@$(NTPBENCH) --replay results/demo/ntp.h5 --quiet > results/demo/replay.txt; rc=$$?; cat results/demo/replay.txt; exit $$rc
-	@$(PY) -m analysis report $(DEMO_POLICIES:%=results/demo/%.h5) --csv results/demo/report.csv > results/demo/report.txt; \
+	@$(PY) -m analysis report $(DEMO_POLICIES:%=results/demo/%.h5) --wide --csv results/demo/report.csv > results/demo/report.txt; \
 	  rc=$$?; cat results/demo/report.txt; exit $$rc
 	$(PY) -m analysis plot $(DEMO_POLICIES:%=results/demo/%.h5) --out results/demo/plots
 

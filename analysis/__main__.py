@@ -16,6 +16,11 @@ def _add_report(sub) -> None:
                                    "be read. A run cut short (no /summary) is reported from its completed steps "
                                    "and marked INCOMPLETE.")
     r.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
+    r.add_argument("--wide", action="store_true",
+                   help="print every column: the run's figures (throughput, ETTR, MFU, heal bytes, overrun steps "
+                        "besides the default's) and the recovery's seconds part by part; the default prints the "
+                        "columns that decide between runs (policy, kills, layout, slots, trained, failures, "
+                        "goodput, good/healthy, recovery seconds, status)")
     r.add_argument("--csv", metavar="FILE", help="also write the table (every recomputed figure) as CSV to FILE")
     r.add_argument("--json", metavar="FILE", help="also write the table (every recomputed figure) as JSON to FILE")
     r.add_argument("--diff", action="store_true",

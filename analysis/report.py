@@ -35,6 +35,10 @@ COLUMNS = [
     ("paced_overrun_steps", "overrun", "{:d}"),
     ("status", "status", "{}"),
 ]
+# The default: what decides between runs, one terminal line each (--wide: both tables above).
+COMPACT_COLUMNS = [c for c in COLUMNS if c[0] in (
+    "file", "policy", "kill_mode", "layout", "steps", "training_steps", "failures", "goodput_tokens_per_s",
+    "goodput_ratio", "recovery_seconds", "status")]
 RECOVERY_COLUMNS = [
     ("file", "file", "{}"),
     ("recovery_seconds", "recov s", "{:.3f}"),
@@ -189,9 +193,14 @@ def main(args) -> int:
             print(f"{path}: /summary disagrees with the rows: {p}", file=sys.stderr)
         failed |= bool(problems)
     if rows:
-        print(format_table(rows))
-        print(format_table(rows, RECOVERY_COLUMNS))
-        print(RECOVERY_FOOTNOTE)
+        if getattr(args, "wide", False):
+            print(format_table(rows))
+            print(format_table(rows, RECOVERY_COLUMNS))
+            print(RECOVERY_FOOTNOTE)
+        else:
+            print(format_table(rows, COMPACT_COLUMNS))
+            print("(--wide: throughput, ETTR, MFU, heal bytes, overrun steps, and recov s part by part; "
+                  "--csv/--json: every figure)")
         for r in rows:
             if r["failure_events"]:
                 print()
