@@ -171,6 +171,14 @@ def _add_simulate(sub) -> None:
     g.add_argument("--heal-seconds", type=float, default=5.0,
                    help="whole-job stall per repair (re-admit and heal; TorchFT: 12 GB in 4-5 s); with "
                         "--calibrate, replaced by the simulated model's shard bytes over the calibrated heal rate")
+    g.add_argument("--restart-seconds", type=float, default=600.0,
+                   help="restart: whole-job stall per failure (relaunch, load the last checkpoint; 'minutes', the "
+                        "paper), besides the work since that checkpoint, which is redone")
+    g.add_argument("--checkpoint-seconds", type=float, default=60.0,
+                   help="restart: the job's stall to write one checkpoint")
+    g.add_argument("--checkpoint-interval", type=float, default=0.0, metavar="S",
+                   help="restart: seconds between checkpoints; 0 (the default): Young's optimum sqrt(2 C M) for a "
+                        "write of C = --checkpoint-seconds and M seconds between the job's failures")
     g.add_argument("--model-params", type=float, default=480e9,
                    help="parameters of the simulated model (the paper's 480B), for the heal's bytes")
     g.add_argument("--bytes-per-param", type=float, default=16.0,

@@ -122,13 +122,14 @@ from .calibration import calibrate  # noqa: F401
 from .check import (_compute_per_unit, check_pp, check_pp_main, check_pp_table, predict_run,  # noqa: F401
                     run_replica_speeds)
 from .cli import main  # noqa: F401
-from .costs import (Costs, add_fig6_costs, calibrated_heal_seconds, heal_bytes_per_gpu,  # noqa: F401
+from .costs import (Costs, add_fig6_costs, calibrated_heal_seconds, checkpoint_interval, heal_bytes_per_gpu,
+                    restart_stall,  # noqa: F401
                     mean_repair_seconds, stall_at_failed_fraction)
 from .failures import Trace, failure_trace  # noqa: F401
 from .fig6 import (fig6_costs_table, fig6_surprise, fig6_table, gating_example, place_failures,  # noqa: F401
                    plot_fig6, sweep_failed_fraction)
 from .fig7 import fig7_table, plot_fig7, spares_needed, spares_sweep  # noqa: F401
-from .model import (DAY, DEFAULT_MICRO_BATCHES, MB_CUTS, POLICIES, Cluster, FailureModel, Params,  # noqa: F401
+from .model import (DAY, DEFAULT_MICRO_BATCHES, LIVE_POLICIES, MB_CUTS, POLICIES, Cluster, FailureModel, Params,  # noqa: F401
                     capacity, fixed_batch_throughput, job_throughput, kept_micro_batches, replica_speeds,
                     replica_time, speed_table)
 from .pipelines import pipelines_sweep, pipelines_table  # noqa: F401

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from .costs import Costs, restart_stall
 from .failures import failure_trace
 from .model import DAY, POLICIES, Cluster, FailureModel, Params, job_throughput, replica_speeds, speed_table
 from .tables import _table
@@ -14,13 +15,14 @@ from .tables import _table
 
 def time_trace(cl: Cluster, fm: FailureModel, multipliers, policies=POLICIES, params: Params = Params(),
                days: float = 15, sample_hours: float = 1.0, trials: int = 4, seed: int = 3,
-               recovery_seconds: float = 60.0, heal_seconds: float = 5.0, keep_first: bool = False):
+               recovery_seconds: float = 60.0, heal_seconds: float = 5.0, keep_first: bool = False,
+               restart_costs: Costs = Costs()):
     rng = np.random.default_rng(seed)
     R, N = cl.domains_per_replica, cl.replicas
     rows, example = [], None
     for mult in multipliers:
         fmm = replace(fm, rate_multiplier=mult)
-        res = {"down": [], "over": [], "fails": [], "stall": []}
+        res = {"down": [], "over": [], "fails": [], "stall": [], "stall_restart": []}
         per_pol = {p: [] for p in policies}
         for t in range(trials):
             tr = failure_trace(cl.gpus, cl.domain_size, fmm, days, sample_hours, rng)
@@ -29,6 +31,7 @@ def time_trace(cl: Cluster, fm: FailureModel, multipliers, policies=POLICIES, pa
             res["over"].append((down > 1e-3).mean())
             res["fails"].append(tr.failures / days)
             res["stall"].append(min(1.0, (tr.failures * recovery_seconds + tr.repairs * heal_seconds) / (days * DAY)))
+            res["stall_restart"].append(restart_stall(restart_costs, tr.failures / (days * DAY)))
             srt = np.sort(tr.counts, axis=-1, kind="stable") if params.placement == "packed" else None
             series = {}
             for pol in policies:
@@ -39,8 +42,8 @@ def time_trace(cl: Cluster, fm: FailureModel, multipliers, policies=POLICIES, pa
                 series[pol] = thr
             if example is None and t == 0:
                 example = dict(multiplier=mult, t=tr.times_days, down=down, **series)
-        stall = float(np.mean(res["stall"]))
         for pol in policies:
+            stall = float(np.mean(res["stall_restart" if pol == "restart" else "stall"]))
             av = float(np.mean(per_pol[pol]))
             rows.append(dict(rate_multiplier=mult, policy=pol, failures_per_day=float(np.mean(res["fails"])),
                              mean_down_fraction=float(np.mean(res["down"])),

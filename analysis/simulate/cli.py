@@ -12,10 +12,11 @@ import numpy as np
 from .availability import plot_trace, time_trace, trace_table
 from .calibration import calibrate
 from .check import check_pp_main
-from .costs import Costs, add_fig6_costs, calibrated_heal_seconds, heal_bytes_per_gpu, mean_repair_seconds
+from .costs import (Costs, add_fig6_costs, calibrated_heal_seconds, checkpoint_interval, heal_bytes_per_gpu,
+                    mean_repair_seconds)
 from .fig6 import fig6_costs_table, fig6_surprise, fig6_table, plot_fig6, sweep_failed_fraction
 from .fig7 import fig7_table, plot_fig7, spares_needed, spares_sweep
-from .model import MB_CUTS, Cluster, FailureModel, Params
+from .model import DAY, MB_CUTS, Cluster, FailureModel, Params
 from .pipelines import pipelines_sweep, pipelines_table
 from .stragglers import stragglers_sweep, stragglers_table
 
@@ -61,7 +62,11 @@ def main(args) -> int:
             heal_s = cal["heal_steps_per_revival"] * args.step_seconds
         print(f"  -> cluster costs at --step-seconds {args.step_seconds:g}: recovery {recovery_s:.3g} s per failure, "
               f"heal {heal_s:.3g} s per repair\n")
-    costs = Costs(recovery_s, heal_s)
+    costs = Costs(recovery_s, heal_s, args.restart_seconds, args.checkpoint_seconds, args.checkpoint_interval)
+    for name in ("restart_seconds", "checkpoint_seconds", "checkpoint_interval"):
+        if getattr(args, name) < 0:
+            print(f"error: --{name.replace('_', '-')} must be 0 or more", file=sys.stderr)
+            return 2
     print(f"cluster: {cl.gpus} GPUs, {cl.domains} domains of {cl.domain_size}, {cl.domains_per_replica} domains "
           f"per replica, {cl.replicas} replicas; placement {params.placement}; boost {params.boost:g}; "
           f"domains with live < {args.min_tp_fraction:g} x {cl.domain_size} dropped")
@@ -69,7 +74,15 @@ def main(args) -> int:
           + (f"{params.micro_batches} micro-batches per replica per step (1F1B)" if params.micro_batches
              else "many micro-batches (the additive limit)") + f", {params.mb_cut} micro-batch cut")
     print(f"failures: {fm.rate_per_gpu_day:.3e} per GPU-day (x rate multiplier), {fm.hw_fraction:.0%} hardware, "
-          f"software repaired in {fm.sw_repair_hours:g} h\n")
+          f"software repaired in {fm.sw_repair_hours:g} h")
+    if "restart" in args.policies:
+        rate = fm.rate_per_gpu_day * cl.gpus / DAY
+        tau = checkpoint_interval(costs, rate)
+        print(f"restart: {costs.restart:g} s per failure and the work since the last checkpoint redone; a checkpoint "
+              f"costs {costs.checkpoint:g} s, written every {tau / 60:.3g} min ("
+              + ("--checkpoint-interval" if costs.checkpoint_interval else
+                 f"Young's optimum at {rate * DAY:.3g} failures per day of the job") + ")")
+    print()
     frames = {}
     what = set(args.what)
     if "fig6" in what:
@@ -100,7 +113,7 @@ def main(args) -> int:
                                                         for p, v in need.items()), "\n")
     if "pipelines" in what:
         fm7 = replace(fm, hw_repair_days=args.fig7_hw_repair_days, rate_multiplier=args.rate_multiplier[0])
-        pols = [p for p in args.policies if p != "dp-drop"] or list(args.policies)
+        pols = [p for p in args.policies if p not in ("dp-drop", "restart")] or ["ntp"]
         dfp = pipelines_sweep(cl, fm, fm7, args.pp_micro_batches, params, MB_CUTS, pols, args.max_failed_fraction,
                               args.trials, args.spares, args.rate_multiplier, args.days, args.sample_hours,
                               args.time_trials, args.seed)
@@ -121,7 +134,7 @@ def main(args) -> int:
     ex = None
     if "trace" in what:
         dft, ex = time_trace(cl, fm, args.rate_multiplier, args.policies, params, args.days, args.sample_hours,
-                             args.time_trials, args.seed + 2, recovery_s, heal_s)
+                             args.time_trials, args.seed + 2, recovery_s, heal_s, restart_costs=costs)
         frames["trace"] = dft
         print(f"Trace — {fm.hw_repair_days:g}-day hardware repair, {args.days:g} days x {args.time_trials} trials, "
               f"stall {recovery_s:g} s per failure + {heal_s:g} s per repair:")

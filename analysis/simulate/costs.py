@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import pandas as pd
 
 from .model import DAY, Cluster, FailureModel
@@ -15,9 +17,35 @@ from .model import DAY, Cluster, FailureModel
 @dataclass(frozen=True)
 class Costs:
     """Whole-job stalls: `recovery` seconds per failure (detect + reconfigure), `heal` per repair (the
-    returning GPUs' shards healed from a peer)."""
+    returning GPUs' shards healed from a peer). Checkpoint-restart instead: `restart` seconds per
+    failure (relaunch and load), `checkpoint` seconds to write one, every `checkpoint_interval` seconds
+    (0: Young's optimum for the job's failure rate)."""
     recovery: float = 60.0
     heal: float = 5.0
+    restart: float = 600.0
+    checkpoint: float = 60.0
+    checkpoint_interval: float = 0.0
+
+
+def checkpoint_interval(costs: Costs, failures_per_second: float) -> float:
+    """The interval restart writes checkpoints at: the given one, or Young's optimum sqrt(2 C M) for a
+    write of C seconds and M seconds between failures (Daly's refinement differs by under C); inf
+    without failures."""
+    if costs.checkpoint_interval > 0:
+        return costs.checkpoint_interval
+    if failures_per_second <= 0:
+        return math.inf
+    return math.sqrt(2 * costs.checkpoint / failures_per_second)
+
+
+def restart_stall(costs: Costs, failures_per_second: float) -> float:
+    """The share of time checkpoint-restart loses at a failure rate (Young/Daly's first-order model):
+    writing checkpoints (C / tau) and, per failure, the restart and the work since the last checkpoint
+    (half an interval on average)."""
+    tau = checkpoint_interval(costs, failures_per_second)
+    if math.isinf(tau):
+        return 0.0
+    return min(1.0, costs.checkpoint / tau + failures_per_second * (costs.restart + tau / 2))
 
 
 def heal_bytes_per_gpu(cl: Cluster, model_params: float, bytes_per_param: float) -> float:
@@ -44,7 +72,11 @@ def stall_at_failed_fraction(f: float, cl: Cluster, fm: FailureModel, costs: Cos
 
 
 def add_fig6_costs(df: pd.DataFrame, cl: Cluster, fm: FailureModel, costs: Costs) -> pd.DataFrame:
+    """The stall per row: the failures' and repairs' under the live policies; under restart, checkpoint-
+    restart's at the same failure rate (f G / R per second)."""
     df = df.copy()
-    df["stall_fraction"] = [stall_at_failed_fraction(f, cl, fm, costs) for f in df["failed_fraction"]]
+    df["stall_fraction"] = [
+        restart_stall(costs, f * cl.gpus / mean_repair_seconds(fm)) if pol == "restart"
+        else stall_at_failed_fraction(f, cl, fm, costs) for f, pol in zip(df["failed_fraction"], df["policy"])]
     df["loss_with_costs"] = 1 - df["availability"] * (1 - df["stall_fraction"])
     return df

@@ -69,7 +69,8 @@ def fig6_costs_table(df: pd.DataFrame) -> str:
     piv = df.pivot_table(index=["failed_fraction", "failed_gpus"], columns="policy", values="loss", sort=False)
     with_c = df.pivot_table(index=["failed_fraction", "failed_gpus"], columns="policy", values="loss_with_costs",
                             sort=False)
-    stall = df.groupby(["failed_fraction", "failed_gpus"], sort=False)["stall_fraction"].first()
+    live = df[df["policy"] != "restart"] if (df["policy"] != "restart").any() else df
+    stall = live.groupby(["failed_fraction", "failed_gpus"], sort=False)["stall_fraction"].first()
     out = pd.concat([stall, piv.add_prefix("loss "), with_c.add_prefix("costs ")], axis=1).reset_index()
     cols = [("failed_fraction", "failed frac", "{:.4f}"), ("stall_fraction", "stall", "{:.2%}")]
     cols += [(f"loss {p}", f"loss {p}", "{:.2%}") for p in piv.columns]

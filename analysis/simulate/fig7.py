@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .costs import Costs
+from .costs import Costs, restart_stall
 from .failures import failure_trace
 from .model import DAY, POLICIES, Cluster, FailureModel, Params, fixed_batch_throughput, replica_speeds, speed_table
 from .tables import _table
@@ -26,8 +26,11 @@ def spares_sweep(cl: Cluster, spares, fm: FailureModel, policies=POLICIES, param
         for S in spares:
             c = tr.counts[:, : J + S]
             pool = (J + S) * cl.domain_size
-            stall = min(1.0, (int((tr.failed_gpus < pool).sum()) * costs.recovery
+            failures = int((tr.failed_gpus < pool).sum())
+            stall = min(1.0, (failures * costs.recovery
                               + int((tr.repaired_gpus < pool).sum()) * costs.heal) / (days * DAY))
+            # Checkpoint-restart stops for the failures of the domains in use (J of the pool's J + S).
+            stall_restart = restart_stall(costs, failures * J / (J + S) / (days * DAY))
             srt = np.sort(c, axis=-1, kind="stable") if params.placement == "packed" else None
             for pol in policies:
                 lut = speed_table(cl.domain_size, pol, params)
@@ -37,7 +40,7 @@ def spares_sweep(cl: Cluster, spares, fm: FailureModel, policies=POLICIES, param
                 a["slow"].append(slow.mean())
                 a["pause"].append(pause.mean())
                 a["short"].append(short.mean())
-                a["stall"].append(stall)
+                a["stall"].append(stall_restart if pol == "restart" else stall)
     rows = []
     for (S, pol), a in sorted(acc.items(), key=lambda kv: (POLICIES.index(kv[0][1]) if kv[0][1] in POLICIES else 9, kv[0][0])):
         share = J / (J + S)

@@ -8,7 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 
 
-POLICIES = ("dp-drop", "ntp", "ntp-pw")
+# restart: checkpoint-restart at a fixed size, the baseline every job has. It trains only with every
+# replica whole (a damaged domain is a stop, not a smaller job); its cost (a rollback and a restart
+# per failure, and writing checkpoints) is costs.restart_stall's.
+POLICIES = ("dp-drop", "ntp", "ntp-pw", "restart")
+LIVE_POLICIES = POLICIES[:3]  # those that train on with what is left
 DAY = 86400.0
 
 
@@ -88,7 +92,7 @@ def speed_table(domain_size: int, policy: str, p: Params) -> np.ndarray:
     k = np.arange(domain_size + 1)
     live = domain_size - k
     alive = (live >= max(1, math.ceil(p.min_tp_fraction * domain_size))).astype(float)
-    if policy == "dp-drop":
+    if policy in ("dp-drop", "restart"):
         s = (k == 0).astype(float)
     elif policy == "ntp":
         s = live / domain_size
@@ -178,6 +182,8 @@ def kept_micro_batches(v, policy: str, stages: int, p: Params) -> np.ndarray:
 def job_throughput(v: np.ndarray, policy: str, stages: int, p: Params, replicas: int) -> np.ndarray:
     """Throughput of a job whose replicas [..., n] have speeds v and all train in lock-step, relative to
     `replicas` healthy ones: committed micro-batches / max replica step time."""
+    if policy == "restart":  # every replica whole, or a stop
+        return np.where((np.asarray(v) >= 1).sum(axis=-1) >= replicas, 1.0, 0.0)
     w = kept_micro_batches(v, policy, stages, p)
     T = replica_time(w, v, stages, p.micro_batches).max(axis=-1)
     return np.where(T > 0, w.sum(axis=-1) / replicas / np.where(T > 0, T, 1.0), 0.0)
@@ -196,4 +202,6 @@ def fixed_batch_throughput(v: np.ndarray, policy: str, stages: int, p: Params, r
     short = total < replicas - 1e-9
     T = replica_time(used, v, stages, p.micro_batches).max(axis=-1)
     rate = np.where(T > 0, np.minimum(total, replicas) / replicas / np.where(T > 0, T, 1.0), 0.0)
+    if policy == "restart":  # a job of fixed size does not slow down when short: it stops
+        rate = np.where(short, 0.0, rate)
     return short, rate, np.where(short, 0.0, rate)

@@ -242,7 +242,7 @@ def test_many_micro_batches_is_the_additive_model(placement):
     for d, R in ((8, 4), (32, 8)):
         counts = _random_counts(128 * R, d, 20 * R, rng)        # heavy: domains at every degree, some dropped
         N = 128
-        for pol in sim.POLICIES:
+        for pol in sim.LIVE_POLICIES:  # restart trains only whole: not additive
             lut = sim.speed_table(d, pol, sim.Params())
             v = sim.replica_speeds(counts, R, lut, placement)
             cap = sim.capacity(counts, R, lut, placement) / N
@@ -403,3 +403,43 @@ def test_slow_trace_mean_matches_the_rate():
     per_sample = counts.sum(axis=-1)
     mean = 0.03 * 2 / 24 * 32000
     assert abs(per_sample.mean() - mean) < 5 * math.sqrt(mean / len(per_sample)) + 0.5, (per_sample.mean(), mean)
+
+
+def test_restart_trains_only_whole_and_pays_young_daly():
+    """Checkpoint-restart at a fixed size: any damaged replica stops the job; its cost is C / tau for the
+    checkpoints and, per failure, the restart and half an interval redone; tau defaults to Young's
+    sqrt(2 C M), the interval of least loss."""
+    p = sim.Params()
+    v = np.array([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0], [1.0, 0.9, 1.0]])
+    assert list(sim.job_throughput(v, "restart", 1, p, 3)) == [1.0, 0.0, 0.0]
+    costs = sim.Costs(restart=600, checkpoint=60)
+    rate = 15 / 86400                                                      # 15 failures a day
+    tau = sim.checkpoint_interval(costs, rate)
+    assert tau == pytest.approx(math.sqrt(2 * 60 / rate))
+    loss = sim.restart_stall(costs, rate)
+    assert loss == pytest.approx(60 / tau + rate * (600 + tau / 2))
+    for other in (tau / 2, tau * 2):                                       # the optimum is a minimum
+        assert sim.restart_stall(sim.Costs(restart=600, checkpoint=60, checkpoint_interval=other), rate) > loss
+    assert sim.restart_stall(costs, 0.0) == 0.0
+
+
+def test_restart_in_fig6_and_fig7():
+    """Fig. 6 (no spares): restart loses everything at any failed fraction. Fig. 7: its capacity is
+    dp-drop's (whole replicas fill the batch) but a short pool stops it, and its stall is Young/Daly's
+    at the failures of the domains in use."""
+    cl = sim.Cluster(4096, 32, 256)
+    df6 = sim.sweep_failed_fraction(cl, [1e-3], ["dp-drop", "restart"], sim.Params(), trials=5, seed=1)
+    assert df6.set_index("policy").loc["restart", "loss"] == 1.0
+    fm = sim.FailureModel(hw_repair_days=5.0, rate_multiplier=20)
+    days, costs = 6, sim.Costs(recovery=0, heal=0, restart=300, checkpoint=30)
+    df = sim.spares_sweep(cl, [0, 64], fm, ["dp-drop", "restart"], sim.Params(), days=days, sample_hours=6, trials=1,
+                          seed=4, costs=costs).set_index(["policy", "spare_domains"])
+    tr = sim.failure_trace(cl.gpus + 64 * cl.domain_size, cl.domain_size, fm, days, 6, np.random.default_rng(4))
+    J = cl.domains
+    for S in (0, 64):
+        d, r = df.loc[("dp-drop", S)], df.loc[("restart", S)]
+        assert r.short_time_fraction == d.short_time_fraction and r.per_gpu_pause == d.per_gpu_pause
+        assert r.per_gpu_slow == r.per_gpu_pause                           # a fixed-size job does not slow down
+        fails = (tr.failed_gpus < (J + S) * cl.domain_size).sum() * J / (J + S)
+        assert r.stall_fraction == pytest.approx(sim.restart_stall(costs, fails / (days * 86400)))
+        assert r.stall_fraction > 0
