@@ -133,9 +133,13 @@ def plot_fig6(df: pd.DataFrame, cl: Cluster, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for pol, g in df.groupby("policy", sort=False):
+    for pol, g in df[df["policy"] != "restart"].groupby("policy", sort=False):
         ax.errorbar(g["failed_fraction"] * 1e3, g["loss"] * 100, yerr=2 * g["availability_se"] * 100,
                     marker="o", markersize=3, capsize=2, label=pol)
+    # restart loses everything at any failed fraction (no spares here): a line at 100% would flatten the
+    # others, so the legend says it instead.
+    if (df["policy"] == "restart").any():
+        ax.plot([], [], " ", label="restart: 100% at every point (stops on any failure)")
     ax.set_xlabel("failed GPUs (per mille of the cluster)")
     ax.set_ylabel("throughput loss (%)")
     ax.set_title(f"Throughput loss vs failed fraction: {cl.gpus} GPUs, TP{cl.domain_size} domains, "
