@@ -265,6 +265,9 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       for (int r : at_start)
         if (!alive_[r] && std::find(recorded.begin(), recorded.end(), r) == recorded.end()) lost.push_back(r);
       const std::vector<HangTimes> hung = settle_hung(lost, settled);
+      // Spares keep a heartbeat under their key (run_spare): a lost one's record is settled the same
+      // way (a spare frozen in the pool was ended by its host's watch, or is ended here).
+      const std::vector<HangTimes> spares_hung = settle_hung(spares_lost, settled);
       if (root()) {  // before the reconfiguration, so that a missing row shows the step as it ran
         if (!record_) take_over_recorder(lost);
         record_->write_missing_row(finished_, group_->size());  // the previous step's, if a failure kept it out
@@ -285,7 +288,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
         record_->record_repair(s, schedule_, repairs, lost, {t_attempt, clock.first_notice, clock.last_notice, clock.repair}, f, hung);
         std::vector<SpareHandover> gone;
         for (int key : spares_lost) gone.push_back({spares_->spare_number(key), spares_->host_of_spare(key), -1});
-        record_->record_spares_lost(s, clock.first_notice, gone);
+        record_->record_spares_lost(s, clock.first_notice, gone, spares_hung);
       }
       recorded.insert(recorded.end(), lost.begin(), lost.end());
       spares_lost.clear();

@@ -398,9 +398,16 @@ void RunRecord::record_no_spare(int s, double t, const std::vector<int>& ranks) 
   rec_->event(make_event(t, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks)));
 }
 
-void RunRecord::record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost) {
-  for (const SpareHandover& h : lost)
-    rec_->event(make_event(t, s, "spare_lost", -1, -1, 0, 0, fmt::format("spare {} ({}) died", h.spare, h.host)));
+void RunRecord::record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost,
+                                   const std::vector<HangTimes>& hung) {
+  for (std::size_t i = 0; i < lost.size(); ++i) {
+    const SpareHandover& h = lost[i];
+    const bool froze = i < hung.size() && hung[i].hung();
+    const std::string what = froze ? fmt::format("spare {} ({}) froze; a process of its host ended it", h.spare, h.host)
+                                   : fmt::format("spare {} ({}) died", h.spare, h.host);
+    rec_->event(make_event(t, s, "spare_lost", -1, -1, 0, 0, what));
+    fmt::print("step {:5d}: {}\n", s, what);
+  }
 }
 
 void RunRecord::record_spares(const std::vector<std::string>& processes) {

@@ -125,7 +125,8 @@ class RunRecord {
                       const std::vector<SpareHandover>& spares, bool takeover);
   // No spare was left for `ranks` (a takeover, or a revival on a job of several hosts): they stay dead.
   void record_no_spare(int s, double t, const std::vector<int>& ranks);
-  void record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost);
+  // Spares the pool lost in a repair; `hung`: what the settled heartbeat records say of each.
+  void record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost, const std::vector<HangTimes>& hung);
   // The root attribute `spares`: each spare's "pid host" at job start, in job order.
   void record_spares(const std::vector<std::string>& processes);
   void spares_left(int n);

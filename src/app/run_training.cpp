@@ -252,7 +252,7 @@ int run_training(Options o, Comm& world) {
   SparePool pool(world.split(0, key), layout, key);
   std::unique_ptr<Comm> trainers_group = pool.comm().split(pool.is_trainer() ? 0 : -1, key);
   const auto processes = pool.comm().gather(fmt::format("{} {}", static_cast<long long>(getpid()), host_name()), 0);
-  if (!pool.is_trainer()) return run_spare(pool);
+  if (!pool.is_trainer()) return run_spare(pool, o);
   const std::vector<std::string> spare_processes(processes.begin() + std::min<std::size_t>(trainers, processes.size()),
                                                  processes.end());
   return train_from_start(o, *trainers_group, std::move(schedule), layout.trainer_hosts, &pool, spare_processes);

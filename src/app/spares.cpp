@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fault.hpp"
+#include "hang_watch.hpp"
 #include "run.hpp"
 #include "training_run.hpp"
 
@@ -137,7 +139,9 @@ bool SparePool::any_trainer() const {
   return std::any_of(keys_.begin(), keys_.end(), [&](int k) { return k < trainers_; });
 }
 
-int run_spare(SparePool& pool) {
+int run_spare(SparePool& pool, const Options& o) {
+  std::optional<HangWatch> heartbeat;
+  if (o.kill_mode == KillMode::Signal) heartbeat.emplace(hang_job_key(o.out), pool.my_key(), o.failure_timeout);
   for (;;) {
     nlohmann::json plan;
     try {
@@ -160,7 +164,9 @@ int run_spare(SparePool& pool) {
     const auto assign = plan.at("assign").get<std::vector<std::pair<int, int>>>();
     std::unique_ptr<Comm> group = pool.regroup(assign);
     if (!group) continue;
-    // This spare now holds a logical rank: it joins as a replacement process does.
+    // This spare now holds a logical rank: it joins as a replacement process does, and beats under
+    // that rank from now on (TrainingRun's watch).
+    heartbeat.reset();
     return train_replacement(join_message_from_json(plan.at("join")), pool.my_key(), std::move(group), &pool);
   }
 }

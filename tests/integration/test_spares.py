@@ -91,22 +91,28 @@ def test_an_outside_kill_is_taken_over(tmp_path):
     replay(out)
 
 
-def test_a_dead_spare_leaves_the_pool(tmp_path):
-    """Spare 0 is killed from outside while it waits; at the next repair (rank 5's death) the pool
-    records it lost, and the rank goes to spare 1."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_a_dead_spare_leaves_the_pool(tmp_path, sig):
+    """Spare 0 is killed (or frozen: a frozen spare once held the repair's agreement until the watchdog
+    ended the job) from outside while it waits; at the next repair (rank 5's death) the pool records
+    it lost, and the rank goes to spare 1."""
     out = tmp_path / "spare-lost.h5"
     text = "events:\n  - {step: 12, kill: [5], at: forward}\n"
     cmd = [*MPIRUN, "-np", "12", str(NTPBENCH), *map(str, JOB), "--spare-use", "takeover", "--steps", 16,
-           "--timing", "paced", "--device-gflops", "0.2", "--schedule", str(schedule(tmp_path, text)), "--out",
-           str(out)]
+           "--timing", "paced", "--device-gflops", "0.2", "--failure-timeout", "1.5", "--hang-timeout", "120",
+           "--schedule", str(schedule(tmp_path, text)), "--out", str(out)]
 
     def spare0(f):
         return json.loads(f.attrs["spares"])[0]["pid"] if len(f["steps"]) >= 3 and "spares" in f.attrs else None
 
-    rc, output, _ = signal_when(cmd, out, spare0, signal.SIGKILL, poll=0.3, run_timeout=240)
+    rc, output, _ = signal_when(cmd, out, spare0, sig, poll=0.3, run_timeout=240)
     assert rc == 0 and "done: 16 steps" in output, output
     kinds = [(s, k) for s, k, _ in events(out)]
     assert (12, "spare_lost") in kinds and (12, "takeover") in kinds, kinds
+    with h5py.File(out, "r") as f:
+        lost = [e["detail"].decode() for e in f["events"][()] if e["kind"].decode() == "spare_lost"]
+    assert lost == ["spare 0 (%s) %s" % (os.uname().nodename,
+                                         "froze; a process of its host ended it" if sig == signal.SIGSTOP else "died")]
     spares, held = processes(out)
     assert held[5][1] == spares[1], (held, spares)
     assert summary(out)["spares_left"] == 2
