@@ -18,16 +18,16 @@ using namespace std::chrono_literals;
 
 std::string job_key(const char* name) { return ntp::hang_job_key(std::string("/tmp/hang-watch-test-") + name + std::to_string(getpid())); }
 
-// Forks a child that keeps a HangWatch as rank 1 and then runs `then`; returns its pid once its
-// record exists.
+// Forks a child that keeps a HangWatch as `rank` (1 by default) and then runs `then`; returns its
+// pid once its record exists.
 template <class F>
-pid_t child(const std::string& job, double timeout, F then) {
+pid_t child(const std::string& job, double timeout, F then, int rank = 1) {
   int ready[2];
   EXPECT_EQ(pipe(ready), 0);
   const pid_t pid = fork();
   if (pid == 0) {
     close(ready[0]);
-    ntp::HangWatch watch(job, 1, timeout);
+    ntp::HangWatch watch(job, rank, timeout);
     const char ok = watch.ok() ? 'y' : 'n';
     (void)!write(ready[1], &ok, 1);
     then(watch);
@@ -144,4 +144,24 @@ TEST(Schedule, TheGeneratorDrawsHangsWithoutMovingItsFailures) {
   EXPECT_THROW(ntp::Schedule::parse("random: {mtbf_steps: 20, repair_steps: 5, seed: 3, hang_fraction: 1.5}\n",
                                     "c.yaml", 8, 400),
                ntp::ScheduleError);
+}
+
+// A kill_node: the dying trainer ends the spares of its host (keys from the trainers' count up),
+// and no trainer.
+TEST(HangWatch, ANodeFailureEndsTheSparesOfTheHost) {
+  const std::string job = job_key("node");
+  ntp::HangWatch me(job, 0, 5.0);
+  ASSERT_TRUE(me.ok());
+  const auto wait = [](ntp::HangWatch&) { std::this_thread::sleep_for(60s); };
+  const pid_t trainer = child(job, 5.0, wait, 1);
+  const pid_t spare = child(job, 5.0, wait, 8);  // with 8 trainers: spare 0
+  me.end_processes_from(8);
+  const int status = wait_for(spare, 5s);
+  ASSERT_NE(status, -1) << "the spare was not ended";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_EQ(wait_for(trainer, 0.3s), -1) << "a trainer was ended";
+  EXPECT_FALSE(me.settle(8).has_value());  // dead, not hung
+  kill(trainer, SIGKILL);
+  wait_for(trainer, 5s);
+  me.settle(1);
 }

@@ -99,6 +99,8 @@ void TrainingRun::hook_into_steps() {
 // (hang_watch.hpp); continued before that (kill -CONT), it is no longer the job's: it dies all the same.
 [[noreturn]] void TrainingRun::die() {
   std::fflush(nullptr);
+  // A node failure: the spares waiting on this host go with it (their keys follow the trainers').
+  if (doom_takes_host_ && hang_watch_) hang_watch_->end_processes_from(static_cast<int>(hosts_.size()));
   if (doom_hangs_) raise(SIGSTOP);
   raise(SIGKILL);
   std::abort();  // not reached
@@ -208,6 +210,7 @@ double TrainingRun::apply_events(int s) {
   // is a revival of one that lives.
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
     if (ev.kill[i] == me_) doom_ = ev.kill_at[i], doom_hangs_ = ev.kill_hangs[i];
+  doom_takes_host_ = doom_ && std::count(ev.nodes_killed.begin(), ev.nodes_killed.end(), hosts_.at(me_)) > 0;
   std::vector<int> back;
   for (int r : ev.revive)
     if (!alive_[r]) back.push_back(r);

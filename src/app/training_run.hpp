@@ -196,6 +196,7 @@ class TrainingRun {
   int recorder_ = 0;  // logical rank holding the results file
   std::optional<StepPoint> doom_;  // signal mode: this rank's scheduled death in the current step
   bool doom_hangs_ = false;     // ... which is a hang: the process stops (SIGSTOP) instead of dying
+  bool doom_takes_host_ = false;  // ... in a kill_node of this rank's host: its spares die too
   // Signal mode: this rank's heartbeat and progress, and its watch over its host's other ranks.
   std::unique_ptr<HangWatch> hang_watch_;
   StragglerDetector stragglers_{o_.straggler_threshold, o_.straggler_window};

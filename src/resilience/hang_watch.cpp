@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -29,6 +30,7 @@ struct RankRecord {
   std::atomic<int> step;
   char what[32];
   std::atomic<double> fenced;      // when a peer declared it hung and ended it; 0: never
+  char host[64];                   // gethostname: /dev/shm may be shared by hosts (the namespace cluster)
 };
 
 namespace {
@@ -140,6 +142,8 @@ HangWatch::HangWatch(const std::string& job, int rank, double timeout)
   char state = '?';
   unsigned long long start = 0;
   mine_->pid = getpid();
+  if (gethostname(mine_->host, sizeof mine_->host) != 0) mine_->host[0] = '\0';
+  mine_->host[sizeof mine_->host - 1] = '\0';
   mine_->start_ticks = proc_stat(getpid(), state, start) ? start : 0;
   mine_->fenced.store(0);
   progress(0, "its start");
@@ -198,6 +202,20 @@ void HangWatch::look_at_peers() {
       continue;
     }
     if (steady() - peer.r->heartbeat.load(std::memory_order_acquire) > timeout_) fence(*peer.r);
+  }
+  closedir(d);
+}
+
+void HangWatch::end_processes_from(int first) {
+  DIR* d = opendir(dir_.c_str());
+  if (!d) return;
+  while (const dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, "rank", 4) != 0 || std::strchr(e->d_name, '.')) continue;
+    const int key = std::atoi(e->d_name + 4);
+    if (key < first || key == rank_) continue;
+    Mapped peer(dir_ + "/" + e->d_name);
+    if (peer.r && mine_ && std::strncmp(peer.r->host, mine_->host, sizeof mine_->host) == 0 && still_there(*peer.r))
+      kill(static_cast<pid_t>(peer.r->pid), SIGKILL);
   }
   closedir(d);
 }

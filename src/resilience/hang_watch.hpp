@@ -51,6 +51,12 @@ class HangWatch {
   // or ran elsewhere); a process still there is ended now. Removes the record either way.
   std::optional<HungRank> settle(int rank);
 
+  // A node failure (a schedule's kill_node) takes every process of the job on this host: ends the
+  // processes whose records have a key of `first` or more (the spares waiting here: their key is
+  // the trainers' count plus their number), as the host's loss would. Their records stay for the
+  // survivors' settle, which finds them dead, not hung.
+  void end_processes_from(int first);
+
  private:
   void watch();
   void look_at_peers();
