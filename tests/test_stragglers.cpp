@@ -10,6 +10,7 @@
 #include "pacer.hpp"
 #include "schedule.hpp"
 #include "straggler.hpp"
+#include "straggler_policy.hpp"
 
 namespace {
 
@@ -150,3 +151,46 @@ TEST(Stragglers, TheSlowedPacerTakesLonger) {
 }
 
 }  // namespace
+
+// --straggler-policy evict: verdicts to actions, with the eviction that would leave no replica
+// refused, verdicts on dead ranks ignored, and an end without an eviction doing nothing.
+TEST(StragglerPolicy, EvictDecisions) {
+  const std::vector<char> alive = {1, 1, 1, 0};
+  std::vector<std::vector<char>> asked;
+  const auto refuse = [&](const std::vector<char>& evicted) -> std::string {
+    asked.push_back(evicted);
+    return evicted[2] ? "no replica could train without it" : "";
+  };
+  const auto d = ntp::decide_straggler_actions({{1, true, 2.0}, {2, true, 1.5}, {3, true, 3.0}, {0, false, 1.0}}, true,
+                                               alive, {0, 0, 0, 0}, {}, refuse);
+  EXPECT_EQ(d.evicted, (std::vector<char>{0, 1, 0, 0}));
+  ASSERT_EQ(d.actions.size(), 2u);  // rank 3 died since; rank 0 was never evicted
+  EXPECT_EQ(d.actions[0].kind, "evict");
+  EXPECT_EQ(d.actions[1].kind, "evict_refused");
+  EXPECT_EQ(d.actions[1].why, "no replica could train without it");
+  // The refusal is asked with the evictions made so far: rank 2's trial holds rank 1's.
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_EQ(asked[1], (std::vector<char>{0, 1, 1, 0}));
+  EXPECT_TRUE(d.speed.empty());
+  const auto back = ntp::decide_straggler_actions({{1, false, 1.0}}, true, alive, d.evicted, {}, refuse);
+  EXPECT_EQ(back.evicted, (std::vector<char>{0, 0, 0, 0}));
+  ASSERT_EQ(back.actions.size(), 1u);
+  EXPECT_EQ(back.actions[0].kind, "rejoin");
+}
+
+// --straggler-policy rebalance: a straggler's speed is 1 / its ratio, never above 1; its end
+// brings it back to 1, and speeds all at 1 are no speeds.
+TEST(StragglerPolicy, RebalanceDecisions) {
+  const std::vector<char> alive = {1, 1, 1};
+  const auto never = [](const std::vector<char>&) { return std::string(); };
+  const auto d = ntp::decide_straggler_actions({{1, true, 2.0}, {2, true, 0.8}}, false, alive, {0, 0, 0}, {}, never);
+  EXPECT_EQ(d.speed, (std::vector<double>{1.0, 0.5, 1.0}));
+  ASSERT_EQ(d.actions.size(), 2u);
+  EXPECT_EQ(d.actions[0].kind, "rebalance");
+  EXPECT_EQ(d.evicted, (std::vector<char>{0, 0, 0}));
+  const auto end = ntp::decide_straggler_actions({{1, false, 1.0}, {0, false, 1.0}}, false, alive, d.evicted, d.speed,
+                                                 never);
+  EXPECT_TRUE(end.speed.empty());
+  ASSERT_EQ(end.actions.size(), 1u);  // rank 0 was at full speed: nothing to undo
+  EXPECT_EQ(end.actions[0].kind, "rebalance_end");
+}

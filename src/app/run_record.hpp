@@ -13,6 +13,7 @@
 #include "recorder.hpp"
 #include "schedule.hpp"
 #include "straggler.hpp"
+#include "straggler_policy.hpp"
 #include "trainer.hpp"
 
 namespace ntp {
@@ -44,11 +45,6 @@ struct RecoveryFigures {
 
 // What --straggler-policy did about a verdict: kind evict, evict_refused (why says why), rejoin,
 // rebalance (its replica's shares follow its speed) or rebalance_end.
-struct StragglerAction {
-  int rank;
-  std::string kind;
-  std::string why;
-};
 
 // A repair after real deaths, as the survivors measured it: the interrupted attempt's start, the
 // first and the last survivor's notice, and the slowest revoke + agree + shrink.

@@ -266,42 +266,17 @@ void TrainingRun::measure_probe_base() {
 
 double TrainingRun::act_on_stragglers(int s) {
   if (straggler_verdicts_.empty()) return 0;
-  const std::vector<StragglerVerdict> verdicts = std::exchange(straggler_verdicts_, {});
   const bool evict = o_.straggler_policy == StragglerPolicy::Evict;
-  std::vector<char> evicted = evicted_;
-  std::vector<double> speed = trainer_->rank_speeds();
-  speed.resize(alive_.size(), 1.0);
-  std::vector<StragglerAction> actions;
-  for (const StragglerVerdict& v : verdicts) {
-    if (!alive_[v.rank]) continue;  // it died since
-    if (!evict) {
-      if (!v.starts && speed[v.rank] == 1.0) continue;  // nothing to undo
-      speed[v.rank] = v.starts ? std::min(1.0, 1.0 / v.ratio) : 1.0;
-      actions.push_back({v.rank, v.starts ? "rebalance" : "rebalance_end", ""});
-      continue;
-    }
-    if (!v.starts) {
-      if (!evicted[v.rank]) continue;  // never evicted (refused): nothing to undo
-      evicted[v.rank] = 0;
-      actions.push_back({v.rank, "rejoin", ""});
-      continue;
-    }
-    // An eviction that would stop every replica or lose shards no live rank holds is not made:
-    // the straggler is tolerated instead.
-    std::vector<char> trial = evicted;
-    trial[v.rank] = 1;
-    const std::vector<char> members = training_members(trial);
-    const Configuration after = plan_for(o_, trainer_->topology(), members);
-    if (after.active_replicas() == 0 || !trainer_->state_survives(members)) {
-      actions.push_back({v.rank, "evict_refused",
-                         after.active_replicas() == 0 ? "no replica could train without it"
-                                                      : "no live rank holds its shards"});
-      continue;
-    }
-    evicted = trial;
-    actions.push_back({v.rank, "evict", ""});
-  }
-  speed = unless_all_full(std::move(speed));
+  // An eviction that would stop every replica or lose shards no live rank holds is not made: the
+  // straggler is tolerated instead.
+  const auto refuse = [&](const std::vector<char>& evicted) -> std::string {
+    const std::vector<char> members = training_members(evicted);
+    if (plan_for(o_, trainer_->topology(), members).active_replicas() == 0) return "no replica could train without it";
+    if (!trainer_->state_survives(members)) return "no live rank holds its shards";
+    return "";
+  };
+  const auto [evicted, speed, actions] = decide_straggler_actions(std::exchange(straggler_verdicts_, {}), evict, alive_,
+                                                                  evicted_, trainer_->rank_speeds(), refuse);
   const bool changed = evicted != evicted_ || (!evict && speed != trainer_->rank_speeds());
   if (!changed) {
     if (root())

@@ -1,0 +1,39 @@
+#pragma once
+// What the detector's verdicts (straggler.hpp) do under --straggler-policy evict or rebalance: the
+// decision alone, with no communication, so every rank reaches the same one from the same verdicts
+// and it is tested on its own (tests/test_stragglers.cpp). TrainingRun::act_on_stragglers carries
+// it out (the reconfiguration) and records the actions.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "straggler.hpp"
+
+namespace ntp {
+
+// One action taken (or refused) for one verdict; kind: evict, evict_refused, rejoin, rebalance,
+// rebalance_end.
+struct StragglerAction {
+  int rank;
+  std::string kind;
+  std::string why;  // evict_refused: the reason
+};
+
+struct StragglerDecision {
+  std::vector<char> evicted;  // per logical rank
+  std::vector<double> speed;  // per logical rank; empty when every rank is at full speed
+  std::vector<StragglerAction> actions;
+};
+
+// From the current membership (`alive`, `evicted`) and rank speeds (`speed`, empty: all 1), the
+// verdicts' outcome. evict: a starting straggler leaves the training groups unless
+// `refuse(evicted_after)` gives a reason (no replica could train, shards no live rank holds: it is
+// then tolerated), an ending one rejoins; otherwise (rebalance) a starting straggler's speed becomes
+// 1 / its ratio (at most 1) and an ending one's 1. Verdicts on ranks that have died since count
+// for nothing.
+StragglerDecision decide_straggler_actions(const std::vector<StragglerVerdict>& verdicts, bool evict,
+                                           const std::vector<char>& alive, std::vector<char> evicted,
+                                           std::vector<double> speed,
+                                           const std::function<std::string(const std::vector<char>&)>& refuse);
+
+}  // namespace ntp
