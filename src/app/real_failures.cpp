@@ -261,12 +261,11 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       for (const auto& added : repair_unscheduled(s, before)) repairs.push_back(added);
       if (!alive_[recorder_]) recorder_ = members_.front();
       const RepairClock clock = reduce_repair_clock(*group_, t_notice, now() - t0);
-      std::vector<int> lost;
+      std::vector<int> lost;  // the deaths of this repair that the results do not hold yet
       for (int r : at_start)
         if (!alive_[r] && std::find(recorded.begin(), recorded.end(), r) == recorded.end()) lost.push_back(r);
       const std::vector<HangTimes> hung = settle_hung(lost, settled);
-      // Spares keep a heartbeat under their key (run_spare): a lost one's record is settled the same
-      // way (a spare frozen in the pool was ended by its host's watch, or is ended here).
+      // Spares beat under their key (run_spare): a frozen one was, or is now, ended by its host.
       const std::vector<HangTimes> spares_hung = settle_hung(spares_lost, settled);
       if (root()) {  // before the reconfiguration, so that a missing row shows the step as it ran
         if (!record_) take_over_recorder(lost);
@@ -278,17 +277,10 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       release_free_memory();
       restored_ = restored_ || rc.restored;
       const RecoveryFigures f = figures(rc, steps_before);
-      const bool taken_over = spares_ && o_.spare_use == SpareUse::Takeover && !spares_->choose(dead_ranks(), hosts_).empty();
-      if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s) && !taken_over) {
-        throw NoProgress(fmt::format("step {}: rank(s) {} are dead, no replica can train under --policy {} and no "
-                                     "revival is scheduled",
-                                     s, dead_ranks(), o_.policy));
-      }
+      stop_if_no_way_forward(s);
       if (root()) {
         record_->record_repair(s, schedule_, repairs, lost, {t_attempt, clock.first_notice, clock.last_notice, clock.repair}, f, hung);
-        std::vector<SpareHandover> gone;
-        for (int key : spares_lost) gone.push_back({spares_->spare_number(key), spares_->host_of_spare(key), -1});
-        record_->record_spares_lost(s, clock.first_notice, gone, spares_hung);
+        if (spares_) record_->record_spares_lost(s, clock.first_notice, *spares_, spares_lost, spares_hung);
       }
       recorded.insert(recorded.end(), lost.begin(), lost.end());
       spares_lost.clear();
@@ -302,6 +294,16 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       t_notice = now();
     }
   }
+}
+
+// After a repair: no replica trains, no revival is scheduled and no spare takes a dead rank over,
+// so the run cannot go on (exit code 3).
+void TrainingRun::stop_if_no_way_forward(int s) {
+  const bool taken_over = spares_ && o_.spare_use == SpareUse::Takeover && !spares_->choose(dead_ranks(), hosts_).empty();
+  if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s) && !taken_over)
+    throw NoProgress(fmt::format("step {}: rank(s) {} are dead, no replica can train under --policy {} and no "
+                                 "revival is scheduled",
+                                 s, dead_ranks(), o_.policy));
 }
 
 // A rank MPI reported failed may have been hung, not dead: the survivors of its host know

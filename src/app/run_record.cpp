@@ -124,6 +124,30 @@ bool peers_uneven(const Configuration& cfg, bool slowed) {
 }
 }  // namespace
 
+namespace {
+// Each replica's TP degree (0: not training), batch and state, for /replicas.
+ReplicaRow replica_row(const Configuration& cfg) {
+  ReplicaRow rr;
+  for (const auto& rp : cfg.replicas) {
+    rr.tp_degree.push_back(rp.active() ? rp.degree() : 0);
+    rr.batch.push_back(rp.batch);
+    rr.state.push_back(static_cast<signed char>(rp.state));
+  }
+  return rr;
+}
+
+// Each of `ranks` ranks' share of its replica's compute (0: not training), for /ranks.
+std::vector<float> compute_share_row(const Options& o, const Configuration& cfg, std::size_t ranks) {
+  std::vector<float> shares(ranks, 0.0f);
+  for (const ReplicaPlan& rp : cfg.replicas) {
+    if (!rp.active()) continue;
+    const std::vector<double> of = compute_shares(o.model, o.seq, rp.layout);
+    for (std::size_t k = 0; k < rp.ranks.size(); ++k) shares[rp.ranks[k]] = float(of[k % rp.degree()]);
+  }
+  return shares;
+}
+}  // namespace
+
 void RunRecord::record_step(const Attempt& a, int group_size) {
   const int s = a.step;
   const StepResult& r = a.r;
@@ -159,25 +183,12 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
                     .paced_overrun_seconds = r.overrun_seconds,
                     .paced_link_overrun_seconds = r.link_overrun_seconds,
                     .paced_peers_uneven = static_cast<std::int8_t>(peers_uneven(cfg, a.slowed))};
-  ReplicaRow rr;
-  for (const auto& rp : cfg.replicas) {
-    rr.tp_degree.push_back(rp.active() ? rp.degree() : 0);
-    rr.batch.push_back(rp.batch);
-    rr.state.push_back(static_cast<signed char>(rp.state));
-  }
   const auto tr = std::chrono::steady_clock::now();
   if (r.nonfinite)
     rec_->event(make_event(a.t_end, s, "nonfinite", -1, -1, 0, 0,
                            fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
                                        o_.on_nonfinite == OnNonfinite::Skip ? "skipped" : "the run stops")));
-  std::vector<float> shares(usage_rows_.size(), 0.0f);
-  for (int q = 0; q < static_cast<int>(cfg.replicas.size()); ++q) {
-    const ReplicaPlan& rp = cfg.replicas[q];
-    if (!rp.active()) continue;
-    const std::vector<double> of = compute_shares(o_.model, o_.seq, rp.layout);
-    for (std::size_t k = 0; k < rp.ranks.size(); ++k) shares[rp.ranks[k]] = float(of[k % rp.degree()]);
-  }
-  rec_->append(row, rr, phase_rows_, usage_rows_, shares);
+  rec_->append(row, replica_row(cfg), phase_rows_, usage_rows_, compute_share_row(o_, cfg, usage_rows_.size()));
   note_progress(s, static_cast<int>(rec_->rows().size()));
   warn_first_overrun(row);
   recorder_seconds_ += seconds_since(tr);
@@ -398,13 +409,14 @@ void RunRecord::record_no_spare(int s, double t, const std::vector<int>& ranks) 
   rec_->event(make_event(t, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks)));
 }
 
-void RunRecord::record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost,
+void RunRecord::record_spares_lost(int s, double t, const SparePool& pool, const std::vector<int>& keys,
                                    const std::vector<HangTimes>& hung) {
-  for (std::size_t i = 0; i < lost.size(); ++i) {
-    const SpareHandover& h = lost[i];
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const int spare = pool.spare_number(keys[i]);
+    const std::string& host = pool.host_of_spare(keys[i]);
     const bool froze = i < hung.size() && hung[i].hung();
-    const std::string what = froze ? fmt::format("spare {} ({}) froze; a process of its host ended it", h.spare, h.host)
-                                   : fmt::format("spare {} ({}) died", h.spare, h.host);
+    const std::string what = froze ? fmt::format("spare {} ({}) froze; a process of its host ended it", spare, host)
+                                   : fmt::format("spare {} ({}) died", spare, host);
     rec_->event(make_event(t, s, "spare_lost", -1, -1, 0, 0, what));
     fmt::print("step {:5d}: {}\n", s, what);
   }

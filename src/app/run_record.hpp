@@ -12,6 +12,7 @@
 
 #include "recorder.hpp"
 #include "schedule.hpp"
+#include "spares.hpp"
 #include "straggler.hpp"
 #include "straggler_policy.hpp"
 #include "trainer.hpp"
@@ -121,8 +122,9 @@ class RunRecord {
                       const std::vector<SpareHandover>& spares, bool takeover);
   // No spare was left for `ranks` (a takeover, or a revival on a job of several hosts): they stay dead.
   void record_no_spare(int s, double t, const std::vector<int>& ranks);
-  // Spares the pool lost in a repair; `hung`: what the settled heartbeat records say of each.
-  void record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost, const std::vector<HangTimes>& hung);
+  // Spares the pool lost in a repair (their keys); `hung`: what their settled heartbeats say of each.
+  void record_spares_lost(int s, double t, const SparePool& pool, const std::vector<int>& keys,
+                          const std::vector<HangTimes>& hung);
   // The root attribute `spares`: each spare's "pid host" at job start, in job order.
   void record_spares(const std::vector<std::string>& processes);
   void spares_left(int n);

@@ -154,6 +154,9 @@ class TrainingRun {
   // A schedule's `slow` events of step s: this rank's pacer, and the record.
   void apply_slowdowns(int s, const StepEvents& ev);
   double recover(int s, const PeerFailure& e, double t_attempt);
+  // Throws NoProgress (exit code 3) when no replica can train after a repair and nothing will
+  // bring a rank back.
+  void stop_if_no_way_forward(int s);
   // After a repair, which of `lost` were hung (hang_watch.hpp): for each, the run times at which it
   // froze (its last heartbeat) and was declared hung, or -1 where it died (or no survivor shared
   // its host). Collective: the group agrees. `settled` keeps what this host's watch said of each

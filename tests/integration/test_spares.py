@@ -75,7 +75,7 @@ def test_revive_is_served_by_a_spare(tmp_path):
     check_taken_by_spare(out, 5)
     replay(out)
     # The report recomputes every /summary figure (the spares' included) and shows the handover.
-    p = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out)], cwd=ROOT,
+    p = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out), "--wide"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "spare s" in p.stdout, p.stdout + p.stderr
 
@@ -152,7 +152,7 @@ def test_with_no_spare_left_a_revival_spawns(tmp_path):
     assert all(float(r[4]) > 0 and float(r[6]) > 0 for r in rows), p.stdout  # a heal and its bandwidth each
     assert "spare       1 revival(s)" in p.stdout and "spawn       1 revival(s)" in p.stdout, p.stdout
     # The report's recovery columns name both: the spawn's seconds and the spare's.
-    p = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out)], cwd=ROOT,
+    p = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out), "--wide"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     lines = p.stdout.splitlines()
     at = [i for i, line in enumerate(lines) if line.startswith("file ")][1]  # the recovery's table
