@@ -21,7 +21,9 @@ int run_replay(const Options& cli, Comm& world) {
   std::vector<std::int64_t> steps, begins, samples;
   std::string ckpt;
   Options o;
-  {
+  // A file that is not a results file (another HDF5 file, one damaged) is the user's mistake:
+  // refused with its name on every rank (exit 2), not an internal error.
+  try {
     h5::File f(cli.replay, h5::Mode::ReadOnly);
     o = options_from_json(nlohmann::json::parse(h5::get_attr_string(f.id(), "/", "config")));
     steps = read_steps_column(f.id(), "step");
@@ -37,6 +39,10 @@ int run_replay(const Options& cli, Comm& world) {
       throw UsageError(cli.replay + " has no final checkpoint (was it run with --no-final-checkpoint, cut short, "
                        "or did it end with every replica down?): nothing to replay against");
     ckpt = h5::get_attr_string(f.id(), "/", "final_checkpoint");
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("--replay {}: not a readable ntpbench results file ({})", cli.replay, e.what()));
   }
   if (steps.empty()) throw UsageError(cli.replay + " records no steps");
   validate_data_file(o, world);
