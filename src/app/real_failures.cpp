@@ -296,14 +296,19 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
   }
 }
 
-// After a repair: no replica trains, no revival is scheduled and no spare takes a dead rank over,
-// so the run cannot go on (exit code 3).
+// After a repair: no replica trains, and neither the revivals still to come (were every one of them
+// to succeed) nor a spare taking a dead rank over would let one train again, so the run cannot go
+// on (exit code 3). Under restart, a rank that died unscheduled and that nothing revives leaves
+// every replica idle to the end: that too is no way forward.
 void TrainingRun::stop_if_no_way_forward(int s) {
-  const bool taken_over = spares_ && o_.spare_use == SpareUse::Takeover && !spares_->choose(dead_ranks(), hosts_).empty();
-  if (trainer_->configuration().active_replicas() == 0 && !schedule_.revival_after(s) && !taken_over)
-    throw NoProgress(fmt::format("step {}: rank(s) {} are dead, no replica can train under --policy {} and no "
-                                 "revival is scheduled",
-                                 s, dead_ranks(), o_.policy));
+  if (trainer_->configuration().active_replicas() > 0) return;
+  if (spares_ && o_.spare_use == SpareUse::Takeover && !spares_->choose(dead_ranks(), hosts_).empty()) return;
+  std::vector<char> hope = alive_;
+  for (int r : schedule_.revived_after(s)) hope[r] = 1;
+  if (plan_for(o_, trainer_->topology(), hope).active_replicas() > 0) return;
+  throw NoProgress(fmt::format("step {}: rank(s) {} are dead, no replica can train under --policy {} and no "
+                               "revival is scheduled that would let one train again",
+                               s, dead_ranks(), o_.policy));
 }
 
 // A rank MPI reported failed may have been hung, not dead: the survivors of its host know

@@ -48,7 +48,8 @@ struct JoinMessage {
   double probe_base = 0;           // ... and the job's healthy probe time (TrainingRun::measure_probe_base)
 };
 
-// Real failures left no replica able to train and no revival is scheduled: the run cannot go on.
+// Real failures left no replica able to train and no revival still scheduled would let one train
+// again: the run cannot go on.
 // Also thrown, with exit code 4, for a non-finite loss or gradient norm under --on-nonfinite stop.
 struct NoProgress : std::runtime_error {
   explicit NoProgress(const std::string& what, int code = 3) : std::runtime_error(what), exit_code(code) {}

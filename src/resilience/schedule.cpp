@@ -355,6 +355,12 @@ bool Schedule::revival_after(int step) const {
   return false;
 }
 
+std::vector<int> Schedule::revived_after(int step) const {
+  std::set<int> ranks;
+  for (auto it = events_.upper_bound(step); it != events_.end(); ++it) ranks.insert(it->second.revive.begin(), it->second.revive.end());
+  return {ranks.begin(), ranks.end()};
+}
+
 int Schedule::repair_unscheduled(int step, int rank, int steps) {
   if (repair_steps_ == 0 || step > steps - repair_steps_) return 0;
   const auto& killed = at(step).kill;

@@ -77,6 +77,8 @@ class Schedule {
   bool empty() const { return events_.empty(); }
   // Is any rank revived at a step after `step`?
   bool revival_after(int step) const;
+  // The ranks a revival after `step` brings back (scheduled or added), ascending, each once.
+  std::vector<int> revived_after(int step) const;
   int kills() const;
   int revives() const;
   const std::map<int, StepEvents>& events() const { return events_; }

@@ -223,6 +223,20 @@ def test_no_way_forward_ends_the_run_with_the_dead_ranks_named(tmp_path):
     assert len(s) >= 3 and (s["tokens_committed"] == s["tokens"]).all()
 
 
+def test_a_revival_that_cannot_help_is_no_way_forward(tmp_path):
+    """Under restart, rank 3 killed from outside and nothing to revive it: the revival of rank 1 the
+    schedule holds for later would not let a replica train again, so the run ends at once with exit 3,
+    instead of idling every replica to its end with no final checkpoint (chaos seeds 150, 198)."""
+    out = tmp_path / "restart-stuck.h5"
+    text = "events:\n  - {step: 30, kill: [1]}\n  - {step: 35, revive: [1]}\n"
+    code, output = run_and_kill(out, 4, [*TINY, "--tp", 2, "--steps", 40, "--policy", "restart", "--checkpoint-every",
+                                         5, "--schedule", schedule(tmp_path, text)], victim=3)
+    assert code == 3, output
+    assert "no revival is scheduled that would let one train again" in output and "[3]" in output, output
+    s = steps(out)
+    assert 3 <= len(s) < 30, len(s)
+
+
 def test_a_replacement_that_became_the_recorder_carries_the_verdict(tmp_path):
     """The run's verdict is the exit status of the recorder alone (finish_mpi). Here the recorder
     at the end is the replacement of rank 0, in a job of its own (MPI_Comm_spawn): its exit 4
