@@ -37,8 +37,8 @@ std::string checkpoint_path(const Options& o, int step) {
   return (std::filesystem::path(checkpoint_dir_for(o)) / fmt::format("step_{:06d}.h5", step)).string();
 }
 
-// What every rank reports to the recorder's rank after a step (the metrics channel), its process's memory and
-// descriptors included (a soak checks they stay flat).
+// What every rank reports to the recorder's rank after a step (the metrics channel), its process's
+// memory and descriptors included (a soak checks they stay flat).
 struct Report {
   std::array<double, kPhaseCount> phases{};
   double trained = 0, loss = 0, grad_norm = 0, overruns = 0, overrun_ratio = 0, link_overruns = 0;
