@@ -290,10 +290,12 @@ def test_node_processes_really_die_under_signal(cluster):
 def test_a_node_killed_from_outside(cluster):
     """Every ntpbench process on node2, found in /ranks/incarnations, killed at once from outside.
 
-    A survivor on another node sometimes dies with them (rank 3 on node1 in one run, five ranks in
-    another): a peer vanishing in the middle of a TCP transfer can take its partner down in Open MPI
-    5.0.11's TCP path under ULFM. So the policy is ntp (a replica that loses a rank trains on at
-    lower TP), and the test requires node2's ranks among the dead, not only them."""
+    A survivor on another node sometimes died with them (rank 3 on node1 in one run, five ranks in
+    another): Open MPI 5.0's TCP transport wrote to the vanished peer's socket and SIGPIPE, left at
+    its default, ended the writer without a word. ntpbench now ignores SIGPIPE (comm/fault.hpp,
+    ignore_broken_links: the same death ended survivors in `make chaos` on one host). Until batches
+    of runs here show no such death, the policy stays ntp (a replica that loses a rank trains on at
+    lower TP) and the test requires node2's ranks among the dead, not only them."""
     d, env = cluster
     # Slow emulated devices (~0.5 s a step): the kill lands within the first few of 40 steps.
     args = [*TINY, "--steps", 40, "--timing", "paced", "--device-gflops", 0.1, "--policy", "ntp",
