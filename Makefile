@@ -55,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system test-cluster bad-input test-sanitize fuzz demo readme-demo clean help bench bench-blas-core bench-paced bench-bestblas bench-spares bench-reshard
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster bad-input test-sanitize fuzz demo readme-demo clean help bench bench-blas-core bench-vs-pytorch bench-paced bench-bestblas bench-spares bench-reshard
 
 all: build
 
@@ -318,6 +318,14 @@ bench-spares: build py-deps
 	  --kill-mode signal --spares-per-host 3 --spare-use takeover --schedule jobs/schedules/spares-vs-spawn.yaml \
 	  --overwrite --out $(BENCH_OUT)/spares-vs-spawn.h5
 	$(PY) -m analysis revivals $(BENCH_OUT)/spares-vs-spawn.h5
+
+# ntpbench's gpt2 step against PyTorch eager's (fused AdamW, flush-denormal), interleaved round by
+# round on one process (bench/vs_pytorch.py; bench/README.md, "Against PyTorch"). PYTORCH_PY: a
+# python with torch and h5py, which ntpbench does not depend on; without torch it skips (exit 77).
+PYTORCH_PY ?= .venv-torch/bin/python
+bench-vs-pytorch: build
+	@[ -x $(PYTORCH_PY) ] || { echo "bench-vs-pytorch: $(PYTORCH_PY) not found: python3 -m venv .venv-torch && .venv-torch/bin/pip install torch h5py (or PYTORCH_PY=...)"; exit 2; }
+	$(PYTORCH_PY) bench/vs_pytorch.py $(BUILD)/ntpbench
 
 # The step and SGEMM under the BLAS core ntpbench runs against the library's own choice and against
 # Prescott (SSE3: what Debian 12's OpenBLAS 0.3.21 gives CPUs it does not know, such as a
