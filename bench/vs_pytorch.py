@@ -25,8 +25,12 @@ import tempfile
 import time
 
 
-def ntpbench_steps(binary: str, a, out: str) -> list[float]:
-    """Seconds of each step of one ntpbench run (its results file's /steps), the first two left out."""
+PHASES = ("forward", "backward", "optimizer", "other")
+
+
+def ntpbench_steps(binary: str, a, out: str) -> list[dict]:
+    """Seconds of each step of one ntpbench run, whole and by phase (its results file's /steps and
+    /ranks/phase_times), the first two left out."""
     import h5py
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads)}
     cmd = [binary, "--preset", "gpt2", "--micro-batch", str(a.batch), "--seq", str(a.seq), "--threads",
@@ -37,9 +41,18 @@ def ntpbench_steps(binary: str, a, out: str) -> list[float]:
         sys.exit(f"ntpbench failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     with h5py.File(out, "r") as f:
         st = f["steps"][()]
+        pt = f["ranks/phase_times"][()][:, 0, :]  # one rank
+        names = f["ranks/phase_times"].attrs["phases"]
+        names = (names.decode() if isinstance(names, bytes) else str(names)).split(",")
         blas = f.attrs.get("blas_core_choice", b"")
     a.blas = blas.decode() if isinstance(blas, bytes) else str(blas)
-    return [float(e - s) for s, e in zip(st["t_start"][2:], st["t_end"][2:])]
+    rows = []
+    for i in range(2, len(st)):
+        by = dict(zip(names, pt[i]))
+        step = float(st["t_end"][i] - st["t_start"][i])
+        known = {k: float(by[k]) for k in PHASES[:3]}
+        rows.append({"step": step, **known, "other": step - sum(known.values())})
+    return rows
 
 
 def pytorch_model(torch, vocab=50257, context=1024, layers=12, heads=12, width=768):
@@ -86,19 +99,26 @@ def pytorch_steps(torch, a) -> list[float]:
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    times = []
+    rows = []
     for i in range(a.steps + 2):
         idx = torch.randint(0, 50257, (a.batch, a.seq))
         targets = torch.randint(0, 50257, (a.batch, a.seq))
         t0 = time.perf_counter()
         loss = model(idx, targets)
+        t1 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        t2 = time.perf_counter()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        t3 = time.perf_counter()
         if i >= 2:
-            times.append(time.perf_counter() - t0)
-    return times
+            rows.append({"step": t3 - t0, "forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "other": 0.0})
+    return rows
+
+
+def medians(rows: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in rows) for k in ("step", *PHASES)}
 
 
 def main() -> int:
@@ -120,14 +140,18 @@ def main() -> int:
     ours, theirs = [], []
     with tempfile.TemporaryDirectory() as d:
         for r in range(a.rounds):
-            ours.append(statistics.median(ntpbench_steps(a.ntpbench, a, os.path.join(d, "run.h5"))))
-            theirs.append(statistics.median(pytorch_steps(torch, a)))
-            print(f"round {r + 1}: ntpbench {ours[-1] * 1e3:8.1f} ms   pytorch {theirs[-1] * 1e3:8.1f} ms   "
-                  f"ntpbench / pytorch {ours[-1] / theirs[-1]:.3f}", flush=True)
+            ours.append(medians(ntpbench_steps(a.ntpbench, a, os.path.join(d, "run.h5"))))
+            theirs.append(medians(pytorch_steps(torch, a)))
+            print(f"round {r + 1}: ntpbench {ours[-1]['step'] * 1e3:8.1f} ms   pytorch {theirs[-1]['step'] * 1e3:8.1f} ms"
+                  f"   ntpbench / pytorch {ours[-1]['step'] / theirs[-1]['step']:.3f}", flush=True)
     print(f"ntpbench's BLAS: {a.blas}")
-    print(f"median over rounds: ntpbench {statistics.median(ours) * 1e3:.1f} ms, pytorch "
-          f"{statistics.median(theirs) * 1e3:.1f} ms, ntpbench / pytorch "
-          f"{statistics.median([o / t for o, t in zip(ours, theirs)]):.3f} (the target: 0.5 or less)")
+    print("median over rounds, ms (PyTorch's optimizer: clipping and fused AdamW; its other: none measured):")
+    print(f"{'':10}{'step':>9}" + "".join(f"{p:>11}" for p in PHASES))
+    for name, rows in (("ntpbench", ours), ("pytorch", theirs)):
+        print(f"{name:10}" + "".join(f"{statistics.median(r[k] for r in rows) * 1e3:{9 if k == 'step' else 11}.1f}"
+                                     for k in ("step", *PHASES)))
+    ratio = statistics.median([o["step"] / t["step"] for o, t in zip(ours, theirs)])
+    print(f"ntpbench / pytorch: {ratio:.3f} (the target: 0.5 or less)")
     return 0
 
 
