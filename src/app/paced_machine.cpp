@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -60,6 +61,11 @@ Calibration calibrate_time_scale(const Options& o, Trainer& trainer, Comm& group
   constexpr int kTrials = 6;
   for (int k = 0; k < kTrials && !c.fits; ++k) {
     p.set_config(paced_rates(o, scale));
+    // Each trial is a whole emulated step at that scale: say so before it (a large one takes minutes).
+    if (group.rank() == 0 && !o.quiet) {
+      fmt::print("--time-scale auto: trying {:g} ({} of at most {})\n", scale, k + 1, kTrials);
+      std::fflush(stdout);
+    }
     trainer.dry_step();
     c.trials.push_back({scale, worst_ratio(p, group, true)});
     const ScaleStep next = next_time_scale(c.trials, o.headroom);
