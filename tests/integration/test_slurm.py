@@ -165,9 +165,11 @@ def test_sweep_array_and_dependent_report(slurm, tmp_path):
     sched = tmp_path / "kill.yaml"
     sched.write_text("events:\n  - {step: 2, kill: [3]}\n  - {step: 4, revive: [3]}\n")
     sweep = tmp_path / "two.txt"
+    # --timing wall: this test is about the sweep, not the clock; paced at an automatic time scale,
+    # a loaded CI machine once calibrated 4096 (20 s steps) and the array outran the wait below.
     sweep.write_text("# two tasks, 4 ranks each\n\n"
-                     f"--preset tiny --tp 2 --steps 5 --policy dp-drop --schedule {sched}\n"
-                     f"--preset tiny --tp 2 --steps 5 --policy ntp --schedule {sched}\n")
+                     f"--preset tiny --tp 2 --steps 5 --timing wall --policy dp-drop --schedule {sched}\n"
+                     f"--preset tiny --tp 2 --steps 5 --timing wall --policy ntp --schedule {sched}\n")
     env = {**slurm, "NTPBENCH_JOB_NAME": "sweep-test"}
     out = sh([SLURM / "submit-sweep.sh", sweep, "--ntasks=4", "--ntasks-per-node=4"], env)
     m = re.search(r"^ARRAY=(\d+) REPORT=(\d+) DIR=(\S+)$", out, re.M)
