@@ -78,7 +78,7 @@ def results(env, name):
     return pathlib.Path(env["NTPBENCH_RESULTS"]) / name
 
 
-def wait(jobs, env, timeout=150):
+def wait(jobs, env, timeout=400):  # wide: a paced job's automatic time scale varies with the load
     """Waits until none of `jobs` (ids; array ids cover their tasks) is pending or running; returns
     {job id: (state, exit code)} for every job and array task, from scontrol."""
     deadline = time.monotonic() + timeout
