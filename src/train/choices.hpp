@@ -28,63 +28,36 @@ enum class OnNonfinite { Stop, Skip };
 
 // Each enum's names, in the order of its values.
 template <typename E>
-struct Names;
-template <>
-struct Names<Policy> {
-  static constexpr std::array<std::string_view, 4> list{"dp-drop", "ntp", "ntp-pw", "restart"};
-};
-template <>
-struct Names<KillMode> {
-  static constexpr std::array<std::string_view, 2> list{"signal", "fence"};
-};
-template <>
-struct Names<SpareUse> {
-  static constexpr std::array<std::string_view, 2> list{"revive", "takeover"};
-};
-template <>
-struct Names<StragglerPolicy> {
-  static constexpr std::array<std::string_view, 3> list{"tolerate", "evict", "rebalance"};
-};
-template <>
-struct Names<Timing> {
-  static constexpr std::array<std::string_view, 2> list{"wall", "paced"};
-};
-template <>
-struct Names<BackendKind> {
-  static constexpr std::array<std::string_view, 2> list{"cpu", "cuda"};
-};
-template <>
-struct Names<Precision> {
-  static constexpr std::array<std::string_view, 2> list{"fp32", "bf16"};
-};
-template <>
-struct Names<OnNonfinite> {
-  static constexpr std::array<std::string_view, 2> list{"stop", "skip"};
-};
-
+inline constexpr std::array<std::string_view, 0> kNames{};
+template <> inline constexpr std::array<std::string_view, 4> kNames<Policy>{"dp-drop", "ntp", "ntp-pw", "restart"};
+template <> inline constexpr std::array<std::string_view, 2> kNames<KillMode>{"signal", "fence"};
+template <> inline constexpr std::array<std::string_view, 2> kNames<SpareUse>{"revive", "takeover"};
+template <> inline constexpr std::array<std::string_view, 3> kNames<StragglerPolicy>{"tolerate", "evict", "rebalance"};
+template <> inline constexpr std::array<std::string_view, 2> kNames<Timing>{"wall", "paced"};
+template <> inline constexpr std::array<std::string_view, 2> kNames<BackendKind>{"cpu", "cuda"};
+template <> inline constexpr std::array<std::string_view, 2> kNames<Precision>{"fp32", "bf16"};
+template <> inline constexpr std::array<std::string_view, 2> kNames<OnNonfinite>{"stop", "skip"};
 // True for the enums above: those with names.
-template <typename E, typename = void>
-inline constexpr bool is_choice = false;
 template <typename E>
-inline constexpr bool is_choice<E, std::void_t<decltype(Names<E>::list)>> = true;
+inline constexpr bool is_choice = std::is_enum_v<E> && !kNames<E>.empty();
 
 template <typename E>
 std::string choice_name(E e) {
-  return std::string(Names<E>::list.at(static_cast<std::size_t>(e)));
+  return std::string(kNames<E>.at(static_cast<std::size_t>(e)));
 }
 
 template <typename E>
 std::vector<std::string> choice_names() {
-  return {Names<E>::list.begin(), Names<E>::list.end()};
+  return {kNames<E>.begin(), kNames<E>.end()};
 }
 
 // The value named `text`; std::invalid_argument naming the choices otherwise.
 template <typename E>
 E parse_choice(std::string_view text) {
-  for (std::size_t i = 0; i < Names<E>::list.size(); ++i)
-    if (Names<E>::list[i] == text) return static_cast<E>(i);
+  for (std::size_t i = 0; i < kNames<E>.size(); ++i)
+    if (kNames<E>[i] == text) return static_cast<E>(i);
   std::string known;
-  for (std::string_view n : Names<E>::list) known += (known.empty() ? "" : ", ") + std::string(n);
+  for (std::string_view n : kNames<E>) known += (known.empty() ? "" : ", ") + std::string(n);
   throw std::invalid_argument("unknown value '" + std::string(text) + "' (" + known + ")");
 }
 
@@ -94,6 +67,6 @@ E parse_choice(std::string_view text) {
 template <typename E>
 struct fmt::formatter<E, char, std::enable_if_t<ntp::is_choice<E>>> : fmt::formatter<std::string_view> {
   auto format(E e, fmt::format_context& ctx) const {
-    return fmt::formatter<std::string_view>::format(ntp::Names<E>::list.at(static_cast<std::size_t>(e)), ctx);
+    return fmt::formatter<std::string_view>::format(ntp::kNames<E>.at(static_cast<std::size_t>(e)), ctx);
   }
 };
