@@ -119,7 +119,7 @@ build: $(BUILD)/CMakeCache.txt
 
 test: build py-deps
 	cd $(BUILD) && ctest --output-on-failure
-	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) $(PY) -m pytest -q tests/integration analysis/tests
+	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) $(PY) -m pytest -q --durations=30 tests/integration analysis/tests
 
 # Every kind of user error launched 20 times under mpirun (tests/integration/test_bad_input_loop.py;
 # `make test` runs it 4 times): each must end with exit 2 and one message, and the launcher with its

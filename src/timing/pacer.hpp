@@ -19,7 +19,8 @@
 // A phase whose real time exceeded its emulated time is an overrun: the emulation was not honest
 // for that step. Compute and transfer overruns are counted and their seconds summed per step
 // (real MPI copies on shared cores can outrun a fast emulated link, and the wait then ends late;
-// so can a peer that is late to the exchange).
+// so can a peer that is late to the exchange: where that is by design, between pipeline stages,
+// the trainer meets the peer before the transfer, so only the copy is timed).
 // Limits: the links are each rank's own. Ranks that share a real link (eight GPUs behind one NIC)
 // do not contend for it, and a collective costs its own bytes over its link: a late peer shows up
 // as real waiting inside the collective, not in the model.

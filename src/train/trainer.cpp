@@ -362,9 +362,19 @@ double Trainer::pipeline(long long first, int M, int b, float dloss, const std::
   return loss;
 }
 
+// Paced timing: a stage's transfer waits for its peer by design (the peer is still computing, and
+// its pacing already makes that the emulated bubble). The two meet first, with a one-float
+// exchange whose wait is the peer's lateness; the transfer's real time is then its copy alone,
+// checked against its emulated link as every other transfer is (a late peer is not a slow link).
 void Trainer::pp_transfer(const float* send, int dest, float* recv, int src, std::size_t n) {
   if (dest < 0 && src < 0) return;
+  if (dest >= 0 && src >= 0 && dest != src) throw std::logic_error("pp_transfer: one peer per transfer");
   PhaseScope p(clock_, Phase::PpComm);
+  if (pacer_.enabled()) {
+    const int peer = dest >= 0 ? dest : src;
+    float out = 0, in = 0;
+    pp_->sendrecv(&out, 1, peer, &in, 1, peer);
+  }
   const auto t0 = Clock::now();
   pp_->sendrecv(send, dest >= 0 ? n : 0, dest, recv, src >= 0 ? n : 0, src);
   // Stages sit in different scale-up domains: their transfers take the scale-out link.
@@ -374,9 +384,10 @@ void Trainer::pp_transfer(const float* send, int dest, float* recv, int src, std
 void Trainer::reduce_tied_embedding() {
   if (!embed_) return;
   PhaseScope p(clock_, Phase::PpComm);
-  const auto t0 = Clock::now();
   const int t = tied_tensor(o_.model);
   const long n = model_->layout().slot(t).elems;
+  if (pacer_.enabled()) embed_->barrier();  // the first stage ends its backward last: meet it first (pp_transfer)
+  const auto t0 = Clock::now();
   embed_->allreduce_sum(model_->grad(t), std::size_t(n));
   pacer_.pace_transfer(seconds_since(t0), double(n) * sizeof(float), 2, Link::Dp, Traffic::Parameters);  // a two-rank all-reduce
 }

@@ -62,6 +62,23 @@ def test_a_named_machine_at_an_automatic_scale_fits(tmp_path):
     assert "paced timing overran" not in p.stderr, p.stderr
 
 
+def test_pipeline_stages_waiting_on_each_other_are_not_slow_links(tmp_path):
+    """TP 2 x PP 2 x DP 2 at --time-scale auto: a stage waits for the previous one by design (the
+    bubble, emulated by that stage's own pacing). Counted as transfer time, that wait grew with the
+    factor and each trial asked for a larger one (1, 128, 16384, never settling); the stages now
+    meet before each transfer and time its copy alone, so a factor fits (16 on an idle 2-core
+    machine; 256 leaves room for a loaded one) and the run is judged ok."""
+    out = tmp_path / "pp.h5"
+    p = ntpbench(8, "--preset", "llama-tiny", "--tp", 2, "--pp", 2, "--micro-batches", 4, "--steps", 3,
+                 "--timing", "paced", "--machine", "dgx-a100", "--emulate-shape", "llama-8b",
+                 "--out", out, "--no-final-checkpoint")
+    m, summary = paced_machine(out)
+    print(m["calibration"])
+    assert m["calibration"]["fits"] and m["time_scale"] <= 256, m
+    status = summary["status"]
+    assert (status.decode() if isinstance(status, bytes) else status) == "ok", (summary, p.stdout)
+
+
 def test_a_forced_overrun_is_reported_everywhere(tmp_path):
     """An H100 at its own speed (--time-scale 1) cannot be emulated here: the first step says so when
     it happens, and the summary, the closing line and the report all say overran."""
