@@ -56,21 +56,8 @@ std::string broadcast_string(Comm& c, std::string s) {
 // trainer talks over it.
 void TrainingRun::adopt(std::unique_ptr<Comm> group) {
   trainer_->set_group(*group);
-  // The previous group is kept, not freed. Every agreement runs on a group, and Open MPI 5.0.11's
-  // agreement (ERA) names one by (context id, epoch, sequence number): a group freed after a
-  // repair gives its context id back, a later group can get it with the same epoch, and its
-  // agreements then meet the old ones' in ERA's history ("removing old agreement ... due to
-  // cycling of identifiers"). Seen in a 1,000-step soak: one survivor took the old result and
-  // went on while the others waited in the agreement for ever. About 130 groups per 1,000 steps
-  // of `make soak`; its worst RSS growth was +4.4% before and +4.8% after (one run each).
-  if (owned_group_) retired_groups_.push_back(std::move(owned_group_));
-  owned_group_ = std::move(group);
-  group_ = owned_group_.get();
-  members_ = group_->allgather(me_);
-  std::fill(alive_.begin(), alive_.end(), 0);
-  for (int r : members_) alive_[r] = 1;
-  for (int r = 0; r < int(alive_.size()); ++r)
-    if (!alive_[r]) forget_straggler(r);
+  members_.adopt(std::move(group));
+  for (int r : members_.dead()) forget_straggler(r);
 }
 
 // What the processes taking over `ranks` at step s are told of the run.
@@ -83,12 +70,12 @@ JoinMessage TrainingRun::join_message(int s, const std::vector<int>& ranks) cons
   m.ranks = ranks;
   m.state = trainer_->join_state(-1);
   m.last_checkpoint = last_ckpt_;
-  m.recorder = recorder_;
-  m.hosts = hosts_;
+  m.recorder = members_.recorder;
+  m.hosts = members_.hosts;
   m.peak = peak_;
   m.added_revivals = schedule_.added();
-  for (int r = 0; r < int(evicted_.size()); ++r)
-    if (evicted_[r]) m.evicted.push_back(r);
+  for (int r = 0; r < int(members_.evicted.size()); ++r)
+    if (members_.evicted[r]) m.evicted.push_back(r);
   m.probe_base = probe_base_;
   m.stragglers = stragglers_.state();
   return m;
@@ -101,12 +88,12 @@ std::unique_ptr<Comm> TrainingRun::spawn_replacements(const JoinMessage& m) {
   // On a job of several hosts, each replacement goes back to its rank's host (a node's ranks to
   // their node, where TP groups must stay); on one host, wherever the launcher has room.
   std::vector<std::string> where;
-  if (std::set<std::string>(hosts_.begin(), hosts_.end()).size() > 1)
-    for (int r : m.ranks) where.push_back(hosts_[r]);
-  auto merged = group_->spawn(std::filesystem::read_symlink("/proc/self/exe").string(), args,
+  if (std::set<std::string>(members_.hosts.begin(), members_.hosts.end()).size() > 1)
+    for (int r : m.ranks) where.push_back(members_.hosts[r]);
+  auto merged = members_.group().spawn(std::filesystem::read_symlink("/proc/self/exe").string(), args,
                               static_cast<int>(m.ranks.size()), where);
   broadcast_string(*merged, merged->rank() == 0 ? to_json(m).dump() : std::string());
-  return merged->split(0, me_);
+  return merged->split(0, members_.me);
 }
 
 // Spares take m.ranks (`assign`: spare key, logical rank): the plan goes to the whole pool, and the
@@ -123,10 +110,10 @@ std::unique_ptr<Comm> TrainingRun::hand_to_spares(const JoinMessage& m, const st
 double TrainingRun::revive(int s, const std::vector<int>& wanted) {
   progress(s, "a revival: spawn or spares, merge, heal");
   const double t_event = now();
-  auto assign = spares_ ? spares_->choose(wanted, hosts_) : std::vector<std::pair<int, int>>{};
+  auto assign = spares_ ? spares_->choose(wanted, members_.hosts) : std::vector<std::pair<int, int>>{};
   std::vector<int> ranks = wanted;
   if (assign.size() < wanted.size() && spares_) {
-    if (std::set<std::string>(hosts_.begin(), hosts_.end()).size() == 1) {
+    if (std::set<std::string>(members_.hosts.begin(), members_.hosts.end()).size() == 1) {
       assign.clear();  // spawn them all
     } else {
       ranks.clear();
@@ -159,24 +146,17 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
   return spawn_seconds + reconfigure(s, ev);
 }
 
-std::vector<int> TrainingRun::dead_ranks() const {
-  std::vector<int> dead;
-  for (int r = 0; r < int(alive_.size()); ++r)
-    if (!alive_[r]) dead.push_back(r);
-  return dead;
-}
-
 // --spare-use takeover, right after the repair of a death: spares take the dead ranks now, when the
 // pool can serve them all (a later revival of those ranks is then moot).
 double TrainingRun::take_over(int s, const std::vector<int>& lost) {
   if (!spares_ || o_.spare_use != SpareUse::Takeover) return 0;
   // Every dead rank, not only this repair's: a whole host's deaths can come in two repairs, and a
   // spare host serves the host once all its ranks are known dead (SparePool::choose).
-  const std::vector<int> dead = dead_ranks();
+  const std::vector<int> dead = members_.dead();
   std::vector<int> served, unserved;
-  for (const auto& [key, rank] : spares_->choose(dead, hosts_)) served.push_back(rank);
+  for (const auto& [key, rank] : spares_->choose(dead, members_.hosts)) served.push_back(rank);
   for (int r : lost)
-    if (!alive_[r] && std::find(served.begin(), served.end(), r) == served.end()) unserved.push_back(r);
+    if (!members_.alive[r] && std::find(served.begin(), served.end(), r) == served.end()) unserved.push_back(r);
   if (root() && !unserved.empty()) record_->record_no_spare(s, now(), unserved);
   return served.empty() ? 0 : revive(s, served);
 }
@@ -199,7 +179,7 @@ void TrainingRun::release_spares() {
 // A new process's side of revive(): the same adoption and reconfiguration.
 double TrainingRun::join(int s, const std::vector<int>& ranks) {
   progress(s, "joining the survivors");
-  members_ = group_->allgather(me_);
+  members_.gather_order();
   align_clock(true);
   record_processes(ranks);
   StepEvents ev;
@@ -212,9 +192,9 @@ double TrainingRun::join(int s, const std::vector<int>& ranks) {
 // (2-17 ms on 2 busy cores: enough to put a notice before the step that it interrupted). Here it
 // takes the survivors' reading right after a barrier, so only the barrier's skew separates them.
 void TrainingRun::align_clock(bool joining) {
-  group_->barrier();
+  members_.group().barrier();
   double t = joining ? 0.0 : now();
-  group_->allreduce_max(&t, 1);
+  members_.group().allreduce_max(&t, 1);
   if (joining)
     t0_ = std::chrono::steady_clock::now() -
           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(t));
@@ -223,8 +203,8 @@ void TrainingRun::align_clock(bool joining) {
 // The recorder moves: the lowest live logical rank (this one, now the group's rank 0) reopens the
 // results file its dead predecessor wrote and appends from there.
 void TrainingRun::take_over_recorder(const std::vector<int>& lost) {
-  record_ = std::make_unique<RunRecord>(o_, *trainer_, peak_, hosts_, static_cast<int>(alive_.size()));
-  record_->reopen(me_, lost, now());
+  record_ = std::make_unique<RunRecord>(o_, *trainer_, peak_, members_.hosts, members_.size());
+  record_->reopen(members_.me, lost, now());
 }
 
 // Signal mode: a peer died (or a survivor revoked the group). Every survivor takes the same path:
@@ -239,7 +219,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
   double t_notice = now();
   double total = 0;
   bool voted = dynamic_cast<const CommitRefused*>(&e) != nullptr;
-  const std::vector<int> at_start = members_;
+  const std::vector<int> at_start = members_.in_group;
   std::vector<int> recorded;                        // ranks whose deaths the results hold already
   std::vector<int> spares_lost;                     // spare keys, not yet recorded
   std::vector<std::pair<int, int>> repairs;         // (rank, step of its revival), not yet recorded
@@ -251,29 +231,29 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       const double t0 = now();
       trainer_->revoke_all();
       if (spares_) spares_->revoke();  // the spares wait in the pool: they repair it with us
-      if (!voted) group_->agree(false);
+      if (!voted) members_.group().agree(false);
       voted = false;
-      const std::vector<int> before = members_;
-      adopt(group_->shrink());
+      const std::vector<int> before = members_.in_group;
+      adopt(members_.group().shrink());
       if (doom_ == StepPoint::Repair) die();  // a schedule's failure during this repair (at: repair)
       if (spares_)
         for (int key : spares_->repair()) spares_lost.push_back(key);
       for (const auto& added : repair_unscheduled(s, before)) repairs.push_back(added);
-      if (!alive_[recorder_]) recorder_ = members_.front();
-      const RepairClock clock = reduce_repair_clock(*group_, t_notice, now() - t0);
+      if (!members_.alive[members_.recorder]) members_.recorder = members_.in_group.front();
+      const RepairClock clock = reduce_repair_clock(members_.group(), t_notice, now() - t0);
       std::vector<int> lost;  // the deaths of this repair that the results do not hold yet
       for (int r : at_start)
-        if (!alive_[r] && std::find(recorded.begin(), recorded.end(), r) == recorded.end()) lost.push_back(r);
+        if (!members_.alive[r] && std::find(recorded.begin(), recorded.end(), r) == recorded.end()) lost.push_back(r);
       const std::vector<HangTimes> hung = settle_hung(lost, settled);
       // Spares beat under their key (run_spare): a frozen one was, or is now, ended by its host.
       const std::vector<HangTimes> spares_hung = settle_hung(spares_lost, settled);
       if (root()) {  // before the reconfiguration, so that a missing row shows the step as it ran
         if (!record_) take_over_recorder(lost);
-        record_->write_missing_row(finished_, group_->size());  // the previous step's, if a failure kept it out
+        record_->write_missing_row(finished_, members_.group().size());  // the previous step's, if a failure kept it out
       }
       const int steps_before = trainer_->steps_taken();
       resync_stragglers();
-      const Recovery rc = trainer_->reconfigure(training_members());
+      const Recovery rc = trainer_->reconfigure(members_.training());
       release_free_memory();
       restored_ = restored_ || rc.restored;
       const RecoveryFigures f = figures(rc, steps_before);
@@ -302,13 +282,13 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
 // every replica idle to the end: that too is no way forward.
 void TrainingRun::stop_if_no_way_forward(int s) {
   if (trainer_->configuration().active_replicas() > 0) return;
-  if (spares_ && o_.spare_use == SpareUse::Takeover && !spares_->choose(dead_ranks(), hosts_).empty()) return;
-  std::vector<char> hope = alive_;
+  if (spares_ && o_.spare_use == SpareUse::Takeover && !spares_->choose(members_.dead(), members_.hosts).empty()) return;
+  std::vector<char> hope = members_.alive;
   for (int r : schedule_.revived_after(s)) hope[r] = 1;
   if (plan_for(o_, trainer_->topology(), hope).active_replicas() > 0) return;
   throw NoProgress(fmt::format("step {}: rank(s) {} are dead, no replica can train under --policy {} and no "
                                "revival is scheduled that would let one train again",
-                               s, dead_ranks(), o_.policy));
+                               s, members_.dead(), o_.policy));
 }
 
 // A rank MPI reported failed may have been hung, not dead: the survivors of its host know
@@ -328,7 +308,7 @@ std::vector<HangTimes> TrainingRun::settle_hung(const std::vector<int>& lost, st
     }
     t[2 * i] = it->second.froze, t[2 * i + 1] = it->second.declared;
   }
-  if (!lost.empty()) group_->allreduce_max(t.data(), static_cast<int>(t.size()));
+  if (!lost.empty()) members_.group().allreduce_max(t.data(), static_cast<int>(t.size()));
   std::vector<HangTimes> out;
   for (std::size_t i = 0; i < lost.size(); ++i) out.push_back({t[2 * i], t[2 * i + 1]});
   return out;
@@ -342,7 +322,7 @@ std::vector<HangTimes> TrainingRun::settle_hung(const std::vector<int>& lost, st
 std::vector<std::pair<int, int>> TrainingRun::repair_unscheduled(int s, const std::vector<int>& before) {
   std::vector<std::pair<int, int>> added;
   for (int r : before)
-    if (!alive_[r])
+    if (!members_.alive[r])
       if (const int back = schedule_.repair_unscheduled(s, r, o_.steps)) added.emplace_back(r, back);
   return added;
 }

@@ -87,7 +87,7 @@ void TrainingRun::hook_into_steps() {
                                             : 0;
   hang_limit_ = o_.hang_timeout > 0 ? std::max(o_.hang_timeout, 20 * predicted) : 0;
   if (signal()) trainer_->set_commit_agreement(true);
-  if (signal()) hang_watch_ = std::make_unique<HangWatch>(hang_job_key(o_.out), me_, o_.failure_timeout);
+  if (signal()) hang_watch_ = std::make_unique<HangWatch>(hang_job_key(o_.out), members_.me, o_.failure_timeout);
   trainer_->set_step_hook([this](StepPoint p) {
     progress(step_, progress_label(p));
     if (doom_ == p) die();  // the trainer reports neither Start nor Repair: those are the run's own
@@ -100,7 +100,7 @@ void TrainingRun::hook_into_steps() {
 [[noreturn]] void TrainingRun::die() {
   std::fflush(nullptr);
   // A node failure: the spares waiting on this host go with it (their keys follow the trainers').
-  if (doom_takes_host_ && hang_watch_) hang_watch_->end_processes_from(static_cast<int>(hosts_.size()));
+  if (doom_takes_host_ && hang_watch_) hang_watch_->end_processes_from(static_cast<int>(members_.hosts.size()));
   if (doom_hangs_) raise(SIGSTOP);
   raise(SIGKILL);
   std::abort();  // not reached
@@ -113,13 +113,13 @@ void TrainingRun::progress(int s, const char* what) {
                 fmt::format("rank {} made no progress for {:.0f} s in step {} ({}): a peer has stopped without "
                             "dying, or the MPI library hangs; this process ends so that the job does (exit code 5; "
                             "--hang-timeout sets the limit){}",
-                            me_, hang_limit_, s, what, root() ? "; the results file holds the steps before it" : ""));
+                            members_.me, hang_limit_, s, what, root() ? "; the results file holds the steps before it" : ""));
 }
 
 void TrainingRun::open_results() {
   progress(0, "the start of the run");
   if (root()) {
-    record_ = std::make_unique<RunRecord>(o_, *trainer_, peak_, hosts_, static_cast<int>(alive_.size()));
+    record_ = std::make_unique<RunRecord>(o_, *trainer_, peak_, members_.hosts, members_.size());
     record_->open(threads_);
   }
   if (root() && spares_) record_->record_spares(spare_processes_);
@@ -132,8 +132,8 @@ void TrainingRun::open_results() {
 // Under --timing wall, ranks that share cores measure their contention, not themselves: the most
 // crowded host's ranks per core, said once and recorded (collective over the group).
 void TrainingRun::note_shared_cores() {
-  double per_core = double(group_->split_node()->size()) / std::max(1u, std::thread::hardware_concurrency());
-  group_->allreduce_max(&per_core, 1);
+  double per_core = double(members_.group().split_node()->size()) / std::max(1u, std::thread::hardware_concurrency());
+  members_.group().allreduce_max(&per_core, 1);
   if (root() && o_.timing == Timing::Wall && per_core > 1) record_->note_shared_cores(per_core);
 }
 
@@ -141,8 +141,8 @@ void TrainingRun::note_shared_cores() {
 // `only`, unless it is empty, are left as they are). Collective over the group.
 void TrainingRun::record_processes(const std::vector<int>& only) {
   const auto who =
-      group_->gather(fmt::format("{} {}", static_cast<long long>(getpid()), host_name()), root_index());
-  if (root()) record_->incarnations(members_, who, only, now());
+      members_.group().gather(fmt::format("{} {}", static_cast<long long>(getpid()), host_name()), members_.recorder_index());
+  if (root()) record_->incarnations(members_.in_group, who, only, now());
 }
 
 void TrainingRun::print_banner() const {
@@ -161,7 +161,7 @@ void TrainingRun::print_banner() const {
                                : fmt::format(" + {} spare process(es) (--spare-use {})", spare_processes_.size(), o_.spare_use);
   fmt::print("ntpbench: {} ranks = {} replicas{} x TP {}{} | model {} ({}, {:.2f}M params) | "
              "{}, T={} | {} thread(s)/rank | timing {}{}\n",
-             group_->size(), trainer_->topology().replicas, pp, o_.tp, spares, o_.preset, shape, parameter_count(m) / 1e6,
+             members_.group().size(), trainer_->topology().replicas, pp, o_.tp, spares, o_.preset, shape, parameter_count(m) / 1e6,
              batch, o_.seq, threads_, o_.timing,
              o_.schedule.empty() ? "" : fmt::format(" | policy {} | schedule {}", o_.policy, o_.schedule));
   fmt::print("data: {}\nresults: {}\n", trainer_->data().describe(), o_.out);
@@ -173,20 +173,20 @@ void TrainingRun::print_banner() const {
 }
 
 void TrainingRun::calibrate_pacing() {
-  calibration_ = calibrate_time_scale(o_, *trainer_, *group_);
+  calibration_ = calibrate_time_scale(o_, *trainer_, members_.group());
   o_.time_scale = fmt::format("{}", calibration_->scale);
 }
 
 void TrainingRun::start_clock() {
   if (o_.straggler_policy == StragglerPolicy::Evict) measure_probe_base();
-  group_->barrier();  // everyone starts the clock together
+  members_.group().barrier();  // everyone starts the clock together
   t0_ = std::chrono::steady_clock::now();
   trainer_->clock().take();  // phase accounting starts with the first step
 }
 
 void TrainingRun::apply_slowdowns(int s, const StepEvents& ev) {
   for (const Slowdown& d : ev.slow) {
-    if (d.rank == me_) trainer_->pacer().set_slowdown(d.factor, d.link_factor);
+    if (d.rank == members_.me) trainer_->pacer().set_slowdown(d.factor, d.link_factor);
     if (root()) record_->record_slowdown(s, d, now());
   }
 }
@@ -209,11 +209,11 @@ double TrainingRun::apply_events(int s) {
   // to revive are new processes. A kill of a rank already dead (an unscheduled death) is moot, as
   // is a revival of one that lives.
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
-    if (ev.kill[i] == me_) doom_ = ev.kill_at[i], doom_hangs_ = ev.kill_hangs[i];
-  doom_takes_host_ = doom_ && std::count(ev.nodes_killed.begin(), ev.nodes_killed.end(), hosts_.at(me_)) > 0;
+    if (ev.kill[i] == members_.me) doom_ = ev.kill_at[i], doom_hangs_ = ev.kill_hangs[i];
+  doom_takes_host_ = doom_ && std::count(ev.nodes_killed.begin(), ev.nodes_killed.end(), members_.hosts.at(members_.me)) > 0;
   std::vector<int> back;
   for (int r : ev.revive)
-    if (!alive_[r]) back.push_back(r);
+    if (!members_.alive[r]) back.push_back(r);
   return stragglers + (back.empty() ? 0 : revive(s, back));
 }
 
@@ -226,7 +226,7 @@ std::vector<double> unless_all_full(std::vector<double> speed) {
 }  // namespace
 
 void TrainingRun::forget_straggler(int r) {
-  evicted_[r] = 0;
+  members_.evicted[r] = 0;
   stragglers_.forget(r);
   std::vector<double> speed = trainer_->rank_speeds();
   if (r < int(speed.size()) && speed[r] != 1.0) {
@@ -239,24 +239,18 @@ void TrainingRun::resync_stragglers() {
   straggler_verdicts_.clear();
   if (!stragglers_.enabled()) return;
   const std::vector<double>& speed = trainer_->rank_speeds();
-  std::vector<StragglerDetector::RankState> state(alive_.size());
+  std::vector<StragglerDetector::RankState> state(members_.alive.size());
   for (std::size_t r = 0; r < state.size(); ++r)
-    state[r].straggler = evicted_[r] || (r < speed.size() && speed[r] < 1.0);
+    state[r].straggler = members_.evicted[r] || (r < speed.size() && speed[r] < 1.0);
   stragglers_.restore(std::move(state));
-}
-
-std::vector<char> TrainingRun::training_members(const std::vector<char>& evicted) const {
-  std::vector<char> m = alive_;
-  for (std::size_t r = 0; r < m.size(); ++r) m[r] = m[r] && !evicted[r];
-  return m;
 }
 
 void TrainingRun::measure_probe_base() {
   double best = trainer_->probe_seconds();  // the first also allocates: the best of three
   for (int i = 0; i < 2; ++i) best = std::min(best, trainer_->probe_seconds());
-  std::vector<double> all(alive_.size(), 0.0);
-  all[me_] = best;
-  group_->allreduce_sum(all.data(), all.size());
+  std::vector<double> all(members_.alive.size(), 0.0);
+  all[members_.me] = best;
+  members_.group().allreduce_sum(all.data(), all.size());
   std::vector<double> measured;
   for (double t : all)
     if (t > 0) measured.push_back(t);
@@ -270,14 +264,14 @@ double TrainingRun::act_on_stragglers(int s) {
   // An eviction that would stop every replica or lose shards no live rank holds is not made: the
   // straggler is tolerated instead.
   const auto refuse = [&](const std::vector<char>& evicted) -> std::string {
-    const std::vector<char> members = training_members(evicted);
+    const std::vector<char> members = members_.training(evicted);
     if (plan_for(o_, trainer_->topology(), members).active_replicas() == 0) return "no replica could train without it";
     if (!trainer_->state_survives(members)) return "no live rank holds its shards";
     return "";
   };
-  const auto [evicted, speed, actions] = decide_straggler_actions(std::exchange(straggler_verdicts_, {}), evict, alive_,
-                                                                  evicted_, trainer_->rank_speeds(), refuse);
-  const bool changed = evicted != evicted_ || (!evict && speed != trainer_->rank_speeds());
+  const auto [evicted, speed, actions] = decide_straggler_actions(std::exchange(straggler_verdicts_, {}), evict, members_.alive,
+                                                                  members_.evicted, trainer_->rank_speeds(), refuse);
+  const bool changed = evicted != members_.evicted || (!evict && speed != trainer_->rank_speeds());
   if (!changed) {
     if (root())
       for (const StragglerAction& a : actions) record_->record_straggler_action(s, a, nullptr, now());
@@ -285,19 +279,19 @@ double TrainingRun::act_on_stragglers(int s) {
   }
   progress(s, "a reconfiguration for a straggler");
   const double t_event = now();
-  const std::vector<char> old_evicted = evicted_;
+  const std::vector<char> old_evicted = members_.evicted;
   const std::vector<double> old_speed = trainer_->rank_speeds();
-  evicted_ = evicted;
+  members_.evicted = evicted;
   if (!evict) trainer_->set_rank_speeds(speed);
   const int before = trainer_->steps_taken();
   Recovery rc;
   try {
-    rc = trainer_->reconfigure(training_members());
+    rc = trainer_->reconfigure(members_.training());
   } catch (const PeerFailure&) {
     // A rank died in it: the action is undone everywhere (some ranks may not have begun it) and
     // the repair that follows reconfigures for the old membership; the detector names the
     // straggler again after a window (resync_stragglers).
-    evicted_ = old_evicted;
+    members_.evicted = old_evicted;
     trainer_->set_rank_speeds(old_speed);
     throw;
   }
@@ -319,10 +313,10 @@ double TrainingRun::act_on_stragglers(int s) {
 double TrainingRun::reconfigure(int s, const StepEvents& ev) {
   progress(s, "a reconfiguration");
   const double t_event = now();
-  for (int r : ev.kill) alive_[r] = 0, forget_straggler(r);
-  for (int r : ev.revive) alive_[r] = 1;
+  for (int r : ev.kill) members_.alive[r] = 0, forget_straggler(r);
+  for (int r : ev.revive) members_.alive[r] = 1;
   const int before = trainer_->steps_taken();
-  const Recovery rc = trainer_->reconfigure(training_members());
+  const Recovery rc = trainer_->reconfigure(members_.training());
   release_free_memory();
   const RecoveryFigures f = figures(rc, before);
   if (root()) record_->record_recovery(s, ev, f, t_event);
@@ -331,10 +325,10 @@ double TrainingRun::reconfigure(int s, const StepEvents& ev) {
 
 RecoveryFigures TrainingRun::figures(const Recovery& rc, int steps_before) {
   double slowest[3] = {rc.detect, rc.reconfigure, rc.heal};
-  group_->allreduce_max(slowest, 3);
+  members_.group().allreduce_max(slowest, 3);
   RecoveryFigures f{.rc = rc, .detect = slowest[0], .reconfigure = slowest[1], .heal = slowest[2],
                     .bytes = rc.heal_bytes, .steps_before = steps_before};
-  group_->allreduce_sum(&f.bytes, 1);
+  members_.group().allreduce_sum(&f.bytes, 1);
   return f;
 }
 
@@ -370,7 +364,7 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
         // Other ranks may be in the next step already, where the repair belongs: this rank keeps
         // the step and meets the failure again at the next step's first call (the group is
         // revoked, or a peer is dead), so every survivor repairs in the same step.
-        if (root()) record_->write_missing_row(finished_, group_->size());
+        if (root()) record_->write_missing_row(finished_, members_.group().size());
         return;
       }
       restored_ = false;
@@ -387,11 +381,11 @@ StepResult TrainingRun::attempt(int s, double t_start, double recovery_seconds, 
     // in steps), and it counts against goodput.
     PhaseScope idle(trainer_->clock(), Phase::Idle);
     double wait = root() ? record_->idle_wait() : 0;
-    group_->broadcast(&wait, sizeof wait, root_index());
+    members_.group().broadcast(&wait, sizeof wait, members_.recorder_index());
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
     idle_seconds = wait;
   }
-  if (evicted_[me_] && alive_[me_]) {
+  if (members_.evicted[members_.me] && members_.alive[members_.me]) {
     // An evicted straggler measures itself while the others compute their forward and backward
     // (it would wait for them in the step's first collective anyway).
     PhaseScope idle(trainer_->clock(), Phase::Idle);
@@ -407,7 +401,7 @@ StepResult TrainingRun::attempt(int s, double t_start, double recovery_seconds, 
     // Ranks that trained less (or not at all) wait here for the rest: idle time, and every
     // rank's phases of this row then end at the same moment.
     PhaseScope idle(trainer_->clock(), Phase::Idle);
-    group_->barrier();
+    members_.group().barrier();
   }
   return r;
 }
@@ -426,23 +420,23 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   mine.slowed = trainer_->pacer().slowdown() != 1.0 ? 1 : 0;
   const ProcessUsage usage = process_usage();
   mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
-  if (evicted_[me_]) mine.probe_ratio = probe_ratio_;
+  if (members_.evicted[members_.me]) mine.probe_ratio = probe_ratio_;
   const auto usage_of = [](const Report& rep) {
     return RankUsage{static_cast<std::int64_t>(rep.rss_bytes), static_cast<std::int32_t>(rep.open_fds),
                      static_cast<float>(rep.probe_ratio)};
   };
   if (stragglers_.enabled()) watch_stragglers(s, mine.phases, r);
   // Its own part first: a row written after a failed gather holds what the root knows.
-  if (root()) record_->set_rank_row(me_, mine.phases, usage_of(mine));
-  std::vector<double> gathered(root() ? std::size_t(group_->size()) * kReportSize : 0);
-  group_->gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), root_index());
+  if (root()) record_->set_rank_row(members_.me, mine.phases, usage_of(mine));
+  std::vector<double> gathered(root() ? std::size_t(members_.group().size()) * kReportSize : 0);
+  members_.group().gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), members_.recorder_index());
   if (!root()) return;
   Report agg;
   bool overrun = false, slowed = false;
   double link_overruns = 0, overrun_seconds = 0, link_overrun_seconds = 0;
-  for (int k = 0; k < group_->size(); ++k) {
+  for (int k = 0; k < members_.group().size(); ++k) {
     const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
-    record_->set_rank_row(members_[k], rep->phases, usage_of(*rep));
+    record_->set_rank_row(members_.in_group[k], rep->phases, usage_of(*rep));
     if (rep->trained && !agg.trained) agg = *rep;
     overrun = overrun || rep->overruns > 0;
     link_overruns += rep->link_overruns;
@@ -454,24 +448,24 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   row.loss = agg.loss, row.grad_norm = agg.grad_norm, row.overruns = overrun ? 1 : 0;
   row.link_overruns = static_cast<int>(link_overruns);
   row.overrun_seconds = overrun_seconds, row.link_overrun_seconds = link_overrun_seconds;
-  record_->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds, slowed}, group_->size());
+  record_->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds, slowed}, members_.group().size());
 }
 
 void TrainingRun::watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, const StepResult& r) {
   // Seconds per FLOP, so that a rank given a smaller share (rebalance) still shows its speed; an
   // evicted rank's probe ratio beside it.
-  const std::size_t n = alive_.size();
+  const std::size_t n = members_.alive.size();
   std::vector<double> both(2 * n, 0.0);
   if (r.trained && r.compute_flops > 0)
-    both[me_] = (phases[int(Phase::Forward)] + phases[int(Phase::Backward)] + phases[int(Phase::Optimizer)]) /
+    both[members_.me] = (phases[int(Phase::Forward)] + phases[int(Phase::Backward)] + phases[int(Phase::Optimizer)]) /
                 r.compute_flops;
-  if (evicted_[me_]) both[n + me_] = probe_ratio_;
-  group_->allreduce_sum(both.data(), both.size());
+  if (members_.evicted[members_.me]) both[n + members_.me] = probe_ratio_;
+  members_.group().allreduce_sum(both.data(), both.size());
   const std::vector<double> compute(both.begin(), both.begin() + std::ptrdiff_t(n));
   const std::vector<double> probe(both.begin() + std::ptrdiff_t(n), both.end());
   // Peers compute equal shares: the TP group of one replica at one pipeline stage.
   const Configuration& cfg = trainer_->configuration();
-  std::vector<int> group(alive_.size(), -1);
+  std::vector<int> group(members_.alive.size(), -1);
   for (int k = 0; k < int(group.size()); ++k)
     if (const int q = cfg.replica_of(k); q >= 0) group[k] = q * cfg.replicas[q].stages + cfg.stage_of(k);
   for (const StragglerVerdict& v : stragglers_.observe(compute, group, probe)) {
@@ -490,7 +484,7 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
     release_free_memory();
     if (root()) record_->record_checkpoint(s, tc, now() - tc, path);
   }
-  group_->barrier();
+  members_.group().barrier();
 }
 
 // The final checkpoint (for --replay and resuming), /summary, and the closing line. The run's
@@ -529,7 +523,7 @@ void TrainingRun::write_final_checkpoint() {
     const double t_start = now();
     try {
       if (trainer_->save_checkpoint(final_path)) last_ckpt_ = final_path;
-      group_->barrier();
+      members_.group().barrier();
       if (trainer_->configuration().active_replicas() == 0 && root())
         record_->note_no_final_checkpoint();
       return;
@@ -544,7 +538,7 @@ int TrainingRun::finish() {
   // Every rank knows whether the last step was non-finite (the trainer reduced the flag).
   const int code = last_.nonfinite ? 4 : 0;
   progress(o_.steps, "the end of the run");
-  const GroupBarrierOnExit last{*group_};
+  const GroupBarrierOnExit last{members_.group()};
   if (!root()) return code;
   record_->finish(now(), last_ckpt_, skipped_steps_, code);
   if (spares_) record_->spares_left(static_cast<int>(spares_->live_spares().size()));
@@ -553,7 +547,7 @@ int TrainingRun::finish() {
 
 void TrainingRun::abandon(const NoProgress& e) {
   progress(step_, "the end of the run");
-  const GroupBarrierOnExit last{*group_};
+  const GroupBarrierOnExit last{members_.group()};
   if (!root()) return;
   if (!record_) take_over_recorder({});
   record_->abandon(now(), e.what());

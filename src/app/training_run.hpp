@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "machine.hpp"
+#include "membership.hpp"
 #include "paced_machine.hpp"
 #include "hang_watch.hpp"
 #include "straggler.hpp"
@@ -62,29 +63,26 @@ class TrainingRun {
  public:
   // hosts: each rank's host (job_hosts).
   TrainingRun(Options o, Comm& world, Schedule schedule, std::vector<std::string> hosts)
-      : o_(std::move(o)), group_(&world), me_(world.rank()), schedule_(std::move(schedule)), hosts_(std::move(hosts)),
-        threads_(configure_threads(o_.threads, world)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)),
-        alive_(world.size(), 1), evicted_(world.size(), 0) {
+      : o_(std::move(o)), members_(world, std::move(hosts)), schedule_(std::move(schedule)),
+        threads_(configure_threads(o_.threads, world)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)) {
     if (!o_.init_from.empty()) trainer_->load_checkpoint(o_.init_from, o_.init_weights_only);
     o_.opt.total_steps = trainer_->steps_taken() + o_.steps;
     if (o_.pacing.enabled && o_.time_scale == "auto") calibrate_pacing();
     peak_ = find_peak(o_, world, threads_);
-    for (int r = 0; r < world.size(); ++r) members_.push_back(r);
     hook_into_steps();
   }
   // A replacement process: the survivors' state from `m`, over `group` (which includes it).
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
-      : o_(m.options), group_(group.get()), owned_group_(std::move(group)), me_(logical_rank),
-        schedule_(std::move(schedule)), hosts_(m.hosts), threads_(configure_threads(o_.threads, *group_)), peak_(m.peak),
-        alive_(m.state.alive), evicted_(m.state.alive.size(), 0), recorder_(m.recorder),
+      : o_(m.options), members_(std::move(group), logical_rank, m.hosts, m.state.alive, m.recorder),
+        schedule_(std::move(schedule)), threads_(configure_threads(o_.threads, members_.group())), peak_(m.peak),
         last_ckpt_(m.last_checkpoint) {
     // The join state's membership is the trainers' (evicted ranks out); an evicted rank is alive.
-    for (int r : m.evicted) evicted_[r] = 1, alive_[r] = 1;
+    for (int r : m.evicted) members_.evicted[r] = 1, members_.alive[r] = 1;
     probe_base_ = m.probe_base;
     stragglers_.restore(m.stragglers);
     JoinState js = m.state;
-    js.logical_rank = me_;
-    trainer_ = std::make_unique<Trainer>(o_, *group_, o_.micro_batch, js);
+    js.logical_rank = members_.me;
+    trainer_ = std::make_unique<Trainer>(o_, members_.group(), o_.micro_batch, js);
     t0_ = std::chrono::steady_clock::now() - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                    std::chrono::duration<double>(m.elapsed));
     hook_into_steps();
@@ -116,10 +114,7 @@ class TrainingRun {
  private:
   // The rank that holds the results file: logical rank 0 at the start; when it dies, the lowest
   // live logical rank takes over, and keeps it (a revived rank 0 does not take it back).
-  bool root() const { return me_ == recorder_; }
-  int root_index() const {
-    return static_cast<int>(std::find(members_.begin(), members_.end(), recorder_) - members_.begin());
-  }
+  bool root() const { return members_.records(); }
   bool signal() const { return o_.kill_mode == KillMode::Signal; }
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
   void hook_into_steps();
@@ -140,11 +135,6 @@ class TrainingRun {
   // --time-scale auto: the factor chosen now (paced_machine.hpp), written into the options that
   // the record and any replacement process take.
   void calibrate_pacing();
-  // The ranks that train: alive and not evicted (by default, as evicted_ says).
-  std::vector<char> training_members(const std::vector<char>& evicted) const;
-  std::vector<char> training_members() const { return training_members(evicted_); }
-  // Logical ranks with no live process.
-  std::vector<int> dead_ranks() const;
   // Rank r died: it is no longer evicted nor a straggler, and whoever holds it next starts at full
   // speed (a rebalance by its speed ends with it).
   void forget_straggler(int r);
@@ -182,22 +172,14 @@ class TrainingRun {
   void maybe_checkpoint(int s, bool trained);
 
   Options o_;
-  Comm* group_;                       // the live ranks, in logical order
-  std::unique_ptr<Comm> owned_group_;  // once the launcher's world has been shrunk or grown
-  std::vector<std::unique_ptr<Comm>> retired_groups_;  // earlier groups, never freed: see adopt()
-  int me_;                            // logical rank
-  std::vector<int> members_;          // logical rank of each group member
+  Membership members_;  // the live group, who is alive, evicted, where, and who records
   Schedule schedule_;  // grows by the repairs of unscheduled deaths (Schedule::repair_unscheduled)
-  const std::vector<std::string> hosts_;  // each logical rank's host at job start
   const int threads_;
   std::unique_ptr<Trainer> trainer_;
   Peak peak_;
   std::optional<Calibration> calibration_;  // --time-scale auto's (first process of a rank only)
-  // root() only. It refers to o_, hosts_, trainer_ and peak_, declared above so they outlive it.
+  // root() only. It refers to o_, members_.hosts, trainer_ and peak_, declared above so they outlive it.
   std::unique_ptr<RunRecord> record_;
-  std::vector<char> alive_;
-  std::vector<char> evicted_;  // per logical rank: a straggler out of the training groups (evict)
-  int recorder_ = 0;  // logical rank holding the results file
   std::optional<StepPoint> doom_;  // signal mode: this rank's scheduled death in the current step
   bool doom_hangs_ = false;     // ... which is a hang: the process stops (SIGSTOP) instead of dying
   bool doom_takes_host_ = false;  // ... in a kill_node of this rank's host: its spares die too
