@@ -76,7 +76,7 @@ JoinMessage TrainingRun::join_message(int s, const std::vector<int>& ranks) cons
   m.added_revivals = schedule_.added();
   for (int r = 0; r < int(members_.evicted.size()); ++r)
     if (members_.evicted[r]) m.evicted.push_back(r);
-  m.probe_base = probe_base_;
+  m.probe_base = stragglers_.probe_base();
   m.stragglers = stragglers_.state();
   return m;
 }
@@ -252,7 +252,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
         record_->write_missing_row(finished_, members_.group().size());  // the previous step's, if a failure kept it out
       }
       const int steps_before = trainer_->steps_taken();
-      resync_stragglers();
+      stragglers_.resync(members_.evicted, trainer_->rank_speeds());
       const Recovery rc = trainer_->reconfigure(members_.training());
       release_free_memory();
       restored_ = restored_ || rc.restored;

@@ -178,7 +178,7 @@ void TrainingRun::calibrate_pacing() {
 }
 
 void TrainingRun::start_clock() {
-  if (o_.straggler_policy == StragglerPolicy::Evict) measure_probe_base();
+  if (o_.straggler_policy == StragglerPolicy::Evict) stragglers_.measure_probe_base(*trainer_, members_);
   members_.group().barrier();  // everyone starts the clock together
   t0_ = std::chrono::steady_clock::now();
   trainer_->clock().take();  // phase accounting starts with the first step
@@ -235,31 +235,9 @@ void TrainingRun::forget_straggler(int r) {
   }
 }
 
-void TrainingRun::resync_stragglers() {
-  straggler_verdicts_.clear();
-  if (!stragglers_.enabled()) return;
-  const std::vector<double>& speed = trainer_->rank_speeds();
-  std::vector<StragglerDetector::RankState> state(members_.alive.size());
-  for (std::size_t r = 0; r < state.size(); ++r)
-    state[r].straggler = members_.evicted[r] || (r < speed.size() && speed[r] < 1.0);
-  stragglers_.restore(std::move(state));
-}
-
-void TrainingRun::measure_probe_base() {
-  double best = trainer_->probe_seconds();  // the first also allocates: the best of three
-  for (int i = 0; i < 2; ++i) best = std::min(best, trainer_->probe_seconds());
-  std::vector<double> all(members_.alive.size(), 0.0);
-  all[members_.me] = best;
-  members_.group().allreduce_sum(all.data(), all.size());
-  std::vector<double> measured;
-  for (double t : all)
-    if (t > 0) measured.push_back(t);
-  std::sort(measured.begin(), measured.end());
-  probe_base_ = measured[measured.size() / 2];
-}
-
 double TrainingRun::act_on_stragglers(int s) {
-  if (straggler_verdicts_.empty()) return 0;
+  std::vector<StragglerVerdict> verdicts = stragglers_.take_verdicts();
+  if (verdicts.empty()) return 0;
   const bool evict = o_.straggler_policy == StragglerPolicy::Evict;
   // An eviction that would stop every replica or lose shards no live rank holds is not made: the
   // straggler is tolerated instead.
@@ -269,7 +247,7 @@ double TrainingRun::act_on_stragglers(int s) {
     if (!trainer_->state_survives(members)) return "no live rank holds its shards";
     return "";
   };
-  const auto [evicted, speed, actions] = decide_straggler_actions(std::exchange(straggler_verdicts_, {}), evict, members_.alive,
+  const auto [evicted, speed, actions] = decide_straggler_actions(std::move(verdicts), evict, members_.alive,
                                                                   members_.evicted, trainer_->rank_speeds(), refuse);
   const bool changed = evicted != members_.evicted || (!evict && speed != trainer_->rank_speeds());
   if (!changed) {
@@ -389,7 +367,7 @@ StepResult TrainingRun::attempt(int s, double t_start, double recovery_seconds, 
     // An evicted straggler measures itself while the others compute their forward and backward
     // (it would wait for them in the step's first collective anyway).
     PhaseScope idle(trainer_->clock(), Phase::Idle);
-    probe_ratio_ = trainer_->probe_seconds() / probe_base_;
+    stragglers_.probe(*trainer_);
   }
   const StepResult r = trainer_->step();  // with no active replica: advances nothing
   progress(s, "the barrier and the report after the update");
@@ -420,12 +398,13 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   mine.slowed = trainer_->pacer().slowdown() != 1.0 ? 1 : 0;
   const ProcessUsage usage = process_usage();
   mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
-  if (members_.evicted[members_.me]) mine.probe_ratio = probe_ratio_;
+  if (members_.evicted[members_.me]) mine.probe_ratio = stragglers_.probe_ratio();
   const auto usage_of = [](const Report& rep) {
     return RankUsage{static_cast<std::int64_t>(rep.rss_bytes), static_cast<std::int32_t>(rep.open_fds),
                      static_cast<float>(rep.probe_ratio)};
   };
-  if (stragglers_.enabled()) watch_stragglers(s, mine.phases, r);
+  if (stragglers_.enabled())
+    stragglers_.watch(s, mine.phases, r, *trainer_, members_, root() ? record_.get() : nullptr, now());
   // Its own part first: a row written after a failed gather holds what the root knows.
   if (root()) record_->set_rank_row(members_.me, mine.phases, usage_of(mine));
   std::vector<double> gathered(root() ? std::size_t(members_.group().size()) * kReportSize : 0);
@@ -449,29 +428,6 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   row.link_overruns = static_cast<int>(link_overruns);
   row.overrun_seconds = overrun_seconds, row.link_overrun_seconds = link_overrun_seconds;
   record_->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds, slowed}, members_.group().size());
-}
-
-void TrainingRun::watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, const StepResult& r) {
-  // Seconds per FLOP, so that a rank given a smaller share (rebalance) still shows its speed; an
-  // evicted rank's probe ratio beside it.
-  const std::size_t n = members_.alive.size();
-  std::vector<double> both(2 * n, 0.0);
-  if (r.trained && r.compute_flops > 0)
-    both[members_.me] = (phases[int(Phase::Forward)] + phases[int(Phase::Backward)] + phases[int(Phase::Optimizer)]) /
-                r.compute_flops;
-  if (members_.evicted[members_.me]) both[n + members_.me] = probe_ratio_;
-  members_.group().allreduce_sum(both.data(), both.size());
-  const std::vector<double> compute(both.begin(), both.begin() + std::ptrdiff_t(n));
-  const std::vector<double> probe(both.begin() + std::ptrdiff_t(n), both.end());
-  // Peers compute equal shares: the TP group of one replica at one pipeline stage.
-  const Configuration& cfg = trainer_->configuration();
-  std::vector<int> group(members_.alive.size(), -1);
-  for (int k = 0; k < int(group.size()); ++k)
-    if (const int q = cfg.replica_of(k); q >= 0) group[k] = q * cfg.replicas[q].stages + cfg.stage_of(k);
-  for (const StragglerVerdict& v : stragglers_.observe(compute, group, probe)) {
-    if (root()) record_->record_straggler(s, v, now());
-    if (o_.straggler_policy != StragglerPolicy::Tolerate) straggler_verdicts_.push_back(v);
-  }
 }
 
 void TrainingRun::maybe_checkpoint(int s, bool trained) {

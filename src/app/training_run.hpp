@@ -19,6 +19,7 @@
 #include "paced_machine.hpp"
 #include "hang_watch.hpp"
 #include "straggler.hpp"
+#include "straggler_watch.hpp"
 #include "recorder.hpp"
 #include "run_record.hpp"
 #include "schedule.hpp"
@@ -46,7 +47,7 @@ struct JoinMessage {
   std::vector<std::pair<int, int>> added_revivals;  // Schedule::added(): (step, rank)
   std::vector<StragglerDetector::RankState> stragglers;  // the survivors' detector (same on every rank)
   std::vector<int> evicted;        // logical ranks evicted as stragglers (--straggler-policy evict)
-  double probe_base = 0;           // ... and the job's healthy probe time (TrainingRun::measure_probe_base)
+  double probe_base = 0;           // ... and the job's healthy probe time (StragglerWatch::measure_probe_base)
 };
 
 // Real failures left no replica able to train and no revival still scheduled would let one train
@@ -78,8 +79,7 @@ class TrainingRun {
         last_ckpt_(m.last_checkpoint) {
     // The join state's membership is the trainers' (evicted ranks out); an evicted rank is alive.
     for (int r : m.evicted) members_.evicted[r] = 1, members_.alive[r] = 1;
-    probe_base_ = m.probe_base;
-    stragglers_.restore(m.stragglers);
+    stragglers_.restore(m.probe_base, m.stragglers);
     JoinState js = m.state;
     js.logical_rank = members_.me;
     trainer_ = std::make_unique<Trainer>(o_, members_.group(), o_.micro_batch, js);
@@ -122,26 +122,16 @@ class TrainingRun {
   void progress(int s, const char* what);
   StepResult attempt(int s, double t_start, double recovery_seconds, double& idle_seconds);
   void report(int s, const StepResult& r, double t_start, double recovery_seconds, double idle_seconds);
-  // Every rank's compute cost of step s to every rank (collective), and the stragglers they show;
-  // under --straggler-policy evict|rebalance their verdicts are kept for the next step's events.
-  void watch_stragglers(int s, const std::array<double, kPhaseCount>& phases, const StepResult& r);
   // The last report's straggler verdicts, acted on (collective; every rank holds the same ones):
   // evicted ranks leave the training groups or come back, or replicas take layouts by speed.
   // Returns the reconfiguration's seconds (0 when nothing changes).
   double act_on_stragglers(int s);
-  // --straggler-policy evict: every rank's probe (Trainer::probe_seconds) at the start; their
-  // median is the healthy time an evicted rank's probe is held against (collective).
-  void measure_probe_base();
   // --time-scale auto: the factor chosen now (paced_machine.hpp), written into the options that
   // the record and any replacement process take.
   void calibrate_pacing();
   // Rank r died: it is no longer evicted nor a straggler, and whoever holds it next starts at full
   // speed (a rebalance by its speed ends with it).
   void forget_straggler(int r);
-  // After a repair (signal mode): every survivor's detector starts again from the same state (a
-  // failure inside the step's exchange of compute times can leave some ranks a step ahead): ranks
-  // evicted or slowed by a rebalance are stragglers, with no streak; no verdict is pending.
-  void resync_stragglers();
   // A schedule's `slow` events of step s: this rank's pacer, and the record.
   void apply_slowdowns(int s, const StepEvents& ev);
   double recover(int s, const PeerFailure& e, double t_attempt);
@@ -185,10 +175,7 @@ class TrainingRun {
   bool doom_takes_host_ = false;  // ... in a kill_node of this rank's host: its spares die too
   // Signal mode: this rank's heartbeat and progress, and its watch over its host's other ranks.
   std::unique_ptr<HangWatch> hang_watch_;
-  StragglerDetector stragglers_{o_.straggler_threshold, o_.straggler_window};
-  std::vector<StragglerVerdict> straggler_verdicts_;  // the last report's, for act_on_stragglers
-  double probe_base_ = 0;   // evict: the job's median probe seconds at its start
-  double probe_ratio_ = 0;  // evicted: this step's probe over probe_base_
+  StragglerWatch stragglers_{o_};  // verdicts and the evict probe (straggler_watch.hpp)
   StepResult last_;             // this rank's latest step result
   // This rank's last finished attempt: the row a failure kept out of the results file (a failed
   // metrics gather, a recorder that died) is written from it by whoever then holds the file.
