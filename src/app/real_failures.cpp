@@ -235,7 +235,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       voted = false;
       const std::vector<int> before = members_.in_group;
       adopt(members_.group().shrink());
-      if (doom_ == StepPoint::Repair) die();  // a schedule's failure during this repair (at: repair)
+      if (liveness_->doomed_at(StepPoint::Repair)) die();  // a schedule's failure during this repair (at: repair)
       if (spares_)
         for (int key : spares_->repair()) spares_lost.push_back(key);
       for (const auto& added : repair_unscheduled(s, before)) repairs.push_back(added);
@@ -299,8 +299,8 @@ std::vector<HangTimes> TrainingRun::settle_hung(const std::vector<int>& lost, st
     auto it = settled.find(lost[i]);
     if (it == settled.end()) {
       HangTimes mine;
-      if (hang_watch_)
-        if (const auto h = hang_watch_->settle(lost[i])) {
+      if (HangWatch* watch = liveness_->hang_watch())
+        if (const auto h = watch->settle(lost[i])) {
           const double at = now();
           mine = {at - h->froze_ago, at - h->declared_ago};
         }

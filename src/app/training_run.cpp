@@ -85,36 +85,16 @@ void TrainingRun::hook_into_steps() {
   const double predicted = peak_.gflops > 0 ? training_flops(o_.model, replica_batch(o_), o_.seq) /
                                                   (double(o_.tp) * o_.pp * peak_.gflops * 1e9)
                                             : 0;
-  hang_limit_ = o_.hang_timeout > 0 ? std::max(o_.hang_timeout, 20 * predicted) : 0;
+  liveness_.emplace(o_.hang_timeout > 0 ? std::max(o_.hang_timeout, 20 * predicted) : 0,
+                    signal() ? hang_job_key(o_.out) : std::string(), members_.me, o_.failure_timeout);
   if (signal()) trainer_->set_commit_agreement(true);
-  if (signal()) hang_watch_ = std::make_unique<HangWatch>(hang_job_key(o_.out), members_.me, o_.failure_timeout);
   trainer_->set_step_hook([this](StepPoint p) {
     progress(step_, progress_label(p));
-    if (doom_ == p) die();  // the trainer reports neither Start nor Repair: those are the run's own
+    if (liveness_->doomed_at(p)) die();  // the trainer reports neither Start nor Repair: those are the run's own
   });
 }
 
-// A scheduled kill in signal mode: the process ends here, as a crashed GPU's host process would. A
-// scheduled hang stops it here instead, every thread with it, until a survivor of its host ends it
-// (hang_watch.hpp); continued before that (kill -CONT), it is no longer the job's: it dies all the same.
-[[noreturn]] void TrainingRun::die() {
-  std::fflush(nullptr);
-  // A node failure: the spares waiting on this host go with it (their keys follow the trainers').
-  if (doom_takes_host_ && hang_watch_) hang_watch_->end_processes_from(static_cast<int>(members_.hosts.size()));
-  if (doom_hangs_) raise(SIGSTOP);
-  raise(SIGKILL);
-  std::abort();  // not reached
-}
-
-void TrainingRun::progress(int s, const char* what) {
-  if (hang_watch_) hang_watch_->progress(s, what);
-  if (hang_limit_ <= 0) return;
-  watchdog_.arm(hang_limit_,
-                fmt::format("rank {} made no progress for {:.0f} s in step {} ({}): a peer has stopped without "
-                            "dying, or the MPI library hangs; this process ends so that the job does (exit code 5; "
-                            "--hang-timeout sets the limit){}",
-                            members_.me, hang_limit_, s, what, root() ? "; the results file holds the steps before it" : ""));
-}
+void TrainingRun::progress(int s, const char* what) { liveness_->progress(s, what, root()); }
 
 void TrainingRun::open_results() {
   progress(0, "the start of the run");
@@ -208,9 +188,10 @@ double TrainingRun::apply_events(int s) {
   // Signal mode: a victim dies at its phase of this step and the others find out from MPI; ranks
   // to revive are new processes. A kill of a rank already dead (an unscheduled death) is moot, as
   // is a revival of one that lives.
+  const bool host_killed =
+      std::count(ev.nodes_killed.begin(), ev.nodes_killed.end(), members_.hosts.at(members_.me)) > 0;
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
-    if (ev.kill[i] == members_.me) doom_ = ev.kill_at[i], doom_hangs_ = ev.kill_hangs[i];
-  doom_takes_host_ = doom_ && std::count(ev.nodes_killed.begin(), ev.nodes_killed.end(), members_.hosts.at(members_.me)) > 0;
+    if (ev.kill[i] == members_.me) liveness_->doom(ev.kill_at[i], ev.kill_hangs[i], host_killed);
   std::vector<int> back;
   for (int r : ev.revive)
     if (!members_.alive[r]) back.push_back(r);
@@ -317,10 +298,10 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
     double idle_seconds = 0;
     progress(s, "its start");
     try {
-      if (doom_ == StepPoint::Start) die();
+      if (liveness_->doomed_at(StepPoint::Start)) die();
       const StepResult r = attempt(s, t_start, recovery_seconds, idle_seconds);
       // A long step (a large model, a slow device) raises the limit: 10x the longest so far.
-      if (hang_limit_ > 0) hang_limit_ = std::max(hang_limit_, 10 * (now() - t_start));
+      liveness_->saw_step(now() - t_start);
       report(s, r, t_start, recovery_seconds, idle_seconds);
       if (r.nonfinite) {
         // Every rank knows (the trainer reduced the flag): the same decision everywhere.
@@ -449,7 +430,7 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
 // exits non-zero (finish_mpi).
 int TrainingRun::train(int first, double recovery_before_first) {
   const int code = train_steps(first, recovery_before_first);
-  watchdog_.disarm();
+  liveness_->disarm();
   release_spares();
   return root() ? code : 0;
 }

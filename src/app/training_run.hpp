@@ -17,14 +17,13 @@
 #include "machine.hpp"
 #include "membership.hpp"
 #include "paced_machine.hpp"
-#include "hang_watch.hpp"
+#include "liveness.hpp"
 #include "straggler.hpp"
 #include "straggler_watch.hpp"
 #include "recorder.hpp"
 #include "run_record.hpp"
 #include "schedule.hpp"
 #include "trainer.hpp"
-#include "watchdog.hpp"
 
 namespace ntp {
 
@@ -143,7 +142,7 @@ class TrainingRun {
   // its host). Collective: the group agrees. `settled` keeps what this host's watch said of each
   // rank (a watch says it once) for a repair's later passes.
   std::vector<HangTimes> settle_hung(const std::vector<int>& lost, std::map<int, HangTimes>& settled);
-  [[noreturn]] void die();
+  [[noreturn]] void die() { liveness_->die(members_.size()); }
   std::vector<std::pair<int, int>> repair_unscheduled(int s, const std::vector<int>& before);
   double revive(int s, const std::vector<int>& ranks);
   JoinMessage join_message(int s, const std::vector<int>& ranks) const;
@@ -170,11 +169,7 @@ class TrainingRun {
   std::optional<Calibration> calibration_;  // --time-scale auto's (first process of a rank only)
   // root() only. It refers to o_, members_.hosts, trainer_ and peak_, declared above so they outlive it.
   std::unique_ptr<RunRecord> record_;
-  std::optional<StepPoint> doom_;  // signal mode: this rank's scheduled death in the current step
-  bool doom_hangs_ = false;     // ... which is a hang: the process stops (SIGSTOP) instead of dying
-  bool doom_takes_host_ = false;  // ... in a kill_node of this rank's host: its spares die too
-  // Signal mode: this rank's heartbeat and progress, and its watch over its host's other ranks.
-  std::unique_ptr<HangWatch> hang_watch_;
+  std::optional<Liveness> liveness_;  // the watchdog, the heartbeat and the schedule's end of this rank
   StragglerWatch stragglers_{o_};  // verdicts and the evict probe (straggler_watch.hpp)
   StepResult last_;             // this rank's latest step result
   // This rank's last finished attempt: the row a failure kept out of the results file (a failed
@@ -185,8 +180,6 @@ class TrainingRun {
   std::string last_ckpt_;
   int skipped_steps_ = 0;        // --on-nonfinite skip
   int step_ = 0;                 // the step being attempted (the step hook's progress names it)
-  double hang_limit_ = 0;        // the watchdog's limit in seconds (0: off); see hook_into_steps()
-  Watchdog watchdog_;
   SparePool* spares_ = nullptr;  // with spares: the pool of trainers and spares (spares.hpp)
   std::vector<std::string> spare_processes_;  // recorder, at job start: "pid host" of each spare
 };
