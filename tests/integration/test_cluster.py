@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ENV, MPIRUN, NTPBENCH, ROOT, ULFM, needs_ulfm, replay, skip_or_fail
+from conftest import BUILD, ENV, MPIRUN, NTPBENCH, ROOT, ULFM, needs_ulfm, replay, skip_or_fail
 
 HARNESS = ROOT / "tests" / "cluster"
 SBATCH = ROOT / "jobs" / "slurm" / "ntpbench.sbatch"
@@ -415,3 +415,46 @@ def test_a_spare_host_takes_a_dead_node(cluster, use):
         named = no_spare_named(h5)
         assert {s for s, _, _ in none} == {4} and named - {4, 5, 6, 7} == stray and stray <= named, (none, log)
     replay(h5)
+
+
+def draw_cluster_chaos(seed):
+    """One seeded job on the 3-node cluster with node3 a spare host: a trainer node lost whole at a
+    random phase, a rank of the other trainer node hung (SIGSTOP) before or after it, the policy and
+    the spares' use drawn. Returns (schedule text, its deaths in chaos.py's form, sbatch arguments)."""
+    import random
+    rng = random.Random(seed)
+    node = rng.choice(["node1", "node2"])
+    other = "node2" if node == "node1" else "node1"
+    node_ranks = [0, 1, 2, 3] if node == "node1" else [4, 5, 6, 7]
+    hung = rng.choice([0, 1, 2, 3] if other == "node1" else [4, 5, 6, 7])
+    kill_step, hang_step = rng.randint(3, 5), rng.randint(3, 7)
+    use = rng.choice(["takeover", "revive"])
+    policy = rng.choice(["ntp", "dp-drop"])
+    lines = [f"  - {{step: {kill_step}, kill_node: {node}, at: {rng.choice(('start', 'forward', 'backward', 'sync', 'optimizer'))}}}",
+             f"  - {{step: {hang_step}, hang: [{hung}], at: {rng.choice(('forward', 'backward', 'optimizer'))}}}"]
+    if use == "revive":
+        lines.append(f"  - {{step: {kill_step + 3}, revive_node: {node}}}")
+    deaths = [{"kill": node_ranks}, {"hang": [hung]}]
+    args = ["--steps", 10, "--policy", policy, "--kill-mode", "signal", "--spare-hosts", 1, "--spare-use", use,
+            "--failure-timeout", 1.5]
+    return "events:\n" + "\n".join(lines) + "\n", deaths, args
+
+
+@needs_ulfm
+@pytest.mark.parametrize("seed", range(1, 1 + int(os.environ.get("NTPBENCH_CLUSTER_CHAOS_SEEDS", "2"))))
+def test_cluster_chaos(cluster, seed):
+    """Chaos on several nodes (tests/chaos/chaos.py's checks): a trainer node killed for real at a
+    random phase, node3's spares taking it (at once or at its revival), a rank of the other node
+    frozen and ended by its host's survivors. The job must end 0 (or 3), record each death once,
+    leave nothing behind, add up and replay. NTPBENCH_CLUSTER_CHAOS_SEEDS sets how many seeds."""
+    sys.path.insert(0, str(ROOT / "tests" / "chaos"))
+    import chaos
+    d, env = cluster
+    text, deaths, args = draw_cluster_chaos(seed)
+    sched = d / f"chaos-{seed}.yaml"
+    sched.write_text(text)
+    print(f"seed {seed}: {' '.join(map(str, args))}\n{text}")
+    rc, log, h5 = sbatch(env, f"chaos-{seed}", 3, *TINY, *args, "--schedule", sched)
+    problems = chaos.check(BUILD, h5, deaths, rc, log)
+    assert not problems, (problems, log)
+    assert [s for s, _, _ in events(h5, "node_down")], events(h5, "node_down")
