@@ -55,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system test-cluster bad-input test-sanitize fuzz demo readme-demo clean help bench bench-blas-core bench-vs-pytorch bench-paced bench-bestblas bench-spares bench-reshard
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster bad-input readme-examples test-sanitize fuzz demo readme-demo clean help bench bench-blas-core bench-vs-pytorch bench-paced bench-bestblas bench-spares bench-reshard
 
 all: build
 
@@ -64,6 +64,7 @@ help:
 	@echo "make build   configure and build into $(BUILD)/ (MPI=system: Debian's Open MPI, into build-system/)"
 	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
 	@echo "make bad-input  every kind of user error launched 20 times under mpirun: exit 2, one message, no launcher left"
+	@echo "make readme-examples  every command of the three READMEs run as typed in a scratch directory (what needs Slurm or another target's results: listed, not run)"
 	@echo "make test-sanitize  ASan + UBSan build in $(SAN_BUILD)/: CTest and a 4-rank job with a real failure and revival; fails on any report"
 	@echo "make fuzz    libFuzzer targets (clang, build-fuzz/): schedule, --config TOML and checkpoint loaders, FUZZ_SECONDS each (default $(FUZZ_SECONDS))"
 	@echo "make test-system  fence-mode tests against Debian's Open MPI 4.1 (no ULFM), in build-system/"
@@ -126,6 +127,12 @@ test: build py-deps
 # ranks.
 bad-input: build py-deps
 	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) NTPBENCH_BAD_INPUT_REPEATS=20 $(PY) -m pytest -q tests/integration/test_bad_input_loop.py
+
+# Every command of README.md, jobs/README.md and analysis/README.md, as typed, in a scratch directory
+# (tests/readme/examples.py): each must exit 0; what needs a Slurm cluster or another target's
+# results is listed as not run, with the reason.
+readme-examples: build py-deps
+	$(PY) tests/readme/examples.py
 
 # Several nodes on this machine (tests/cluster/: network namespaces, one slurmd each); also part of
 # `make test`. NTPBENCH_REQUIRE_CLUSTER=1 makes a cluster that cannot start a failure.

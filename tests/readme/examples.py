@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The READMEs' commands, run as typed (make readme-examples).
+
+Every fenced `sh` block of README.md, jobs/README.md and analysis/README.md is split into commands
+(a trailing backslash continues a line; comments are dropped) and each runs with bash after
+`source env.sh`, in the order the READMEs give them, in a scratch directory: links to this
+checkout's build/, .venv/, env.sh, jobs/, analysis/ and tests/, and a results/ of its own, so that
+an `--out results/...` never meets a file of an earlier run. A command passes when it exits 0
+within its deadline.
+
+Not run, each with its reason on the output:
+- what needs a Slurm cluster (sbatch, the array submitter, the namespace cluster's scripts):
+  tests/integration/test_slurm.py and test_cluster.py run those scripts on a cluster of their own;
+- `make demo` and `make test` (this is run from a checkout that has done both);
+- a command whose input files do not exist when its turn comes (a results file another make
+  target writes: make demo, make soak, make stragglers, make bench-*): named with its input.
+
+One line per command (status, seconds, the command), then the count; the output of a failing
+command is printed after it. Exit status 1 when any command failed.
+Usage: examples.py [--timeout SECONDS] [--keep DIR] [--only SUBSTRING]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+READMES = ["README.md", "jobs/README.md", "analysis/README.md"]
+LINKS = ["build", ".venv", "env.sh", "jobs", "analysis", "tests"]
+CLUSTER = ("sbatch", "submit-sweep.sh", "cluster-up.sh", "cluster-down.sh", "cluster-exec.sh", "source $CLUSTER_DIR")
+
+
+def commands(readme: pathlib.Path) -> list[tuple[int, str]]:
+    """(line, command) of each command in the file's ```sh blocks. A trailing backslash continues a
+    line, a `for` or `while` runs to its `done`, and a block's `export` and `source` lines go before
+    each later command of the block (they set up the shell it runs in)."""
+    out, block, joined, start, depth, setup = [], False, "", 0, 0, []
+    for n, line in enumerate(readme.read_text().splitlines(), 1):
+        if line.startswith("```"):
+            block = line.strip() in ("```sh", "```bash") if not block else False
+            setup = []
+            continue
+        if not block:
+            continue
+        text = line.rstrip()
+        if not joined:
+            start = n
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+        if text.endswith("\\"):
+            joined += text[:-1] + " "
+            continue
+        # A comment after the command (two spaces and #, as the READMEs write them).
+        joined += re.split(r"\s{2,}#", text, maxsplit=1)[0]
+        first = text.split()[0] if text.split() else ""
+        depth += first in ("for", "while") and 1 or 0
+        depth -= first == "done" and 1 or 0
+        if depth > 0:
+            joined += "\n"
+            continue
+        cmd = joined.strip()
+        joined = ""
+        if cmd.split()[0] in ("export", "source"):
+            setup.append(cmd)
+        out.append((start, " && ".join(setup[:-1] if cmd in setup else setup + [cmd]) if setup and cmd not in setup
+                     else cmd))
+    return out
+
+
+def why_not(cmd: str, scratch: pathlib.Path) -> str:
+    """Why `cmd` is not run here, or ''."""
+    if any(word in cmd for word in CLUSTER):
+        return "needs a Slurm cluster (tests/integration/test_slurm.py, test_cluster.py)"
+    if cmd.startswith("make "):
+        return "a make target (run from a checkout that has run make demo and make test)"
+    for word in (w for token in shlex.split(cmd, posix=True) for w in braces(token)):
+        if word.startswith("results/") and word.endswith((".h5", ".json")) and not glob.glob(str(scratch / word)):
+            # An input, not an --out: inputs follow a subcommand or --replay, outputs follow --out.
+            if not re.search(r"--out\s+" + re.escape(word), cmd):
+                return f"needs {word}, which no command before it writes (a make target's results, or a run of yours)"
+    return ""
+
+
+def braces(word: str) -> list[str]:
+    """bash's brace expansion of one {a,b,...} in `word` (the READMEs use no more)."""
+    m = re.search(r"\{([^{}]*,[^{}]*)\}", word)
+    return [word[:m.start()] + alt + word[m.end():] for alt in m.group(1).split(",")] if m else [word]
+
+
+def scratch_dir(keep: str | None) -> pathlib.Path:
+    d = pathlib.Path(keep) if keep else pathlib.Path(tempfile.mkdtemp(prefix="ntpbench-readme-"))
+    d.mkdir(parents=True, exist_ok=True)
+    for name in LINKS:
+        if not (d / name).exists():
+            (d / name).symlink_to(ROOT / name)
+    shutil.rmtree(d / "results", ignore_errors=True)  # every run from nothing, as on a fresh clone
+    (d / "results").mkdir()
+    return d
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--timeout", type=float, default=600, help="seconds each command may take (default 600)")
+    ap.add_argument("--keep", help="scratch directory to use and keep (default: a new one under /tmp)")
+    ap.add_argument("--only", help="run only commands containing this text")
+    ap.add_argument("--list", action="store_true", help="print the commands and why any would not run; run none")
+    a = ap.parse_args()
+    scratch = scratch_dir(a.keep)
+    print(f"readme examples: in {scratch}", flush=True)
+    ran = failed = skipped = 0
+    for readme in READMES:
+        for line, cmd in commands(ROOT / readme):
+            where = f"{readme}:{line}"
+            if a.only and a.only not in cmd:
+                continue
+            reason = why_not(cmd, scratch)
+            if a.list:
+                print(f"{where:<24} {cmd}" + (f"\n{'':<24} not run: {reason}" if reason else ""))
+                continue
+            if reason:
+                skipped += 1
+                print(f"not run  {where:<24} {cmd[:90]}\n         {reason}", flush=True)
+                continue
+            t = time.monotonic()
+            try:
+                p = subprocess.run(["bash", "-c", f"source env.sh && {cmd}"], cwd=scratch, capture_output=True,
+                                   text=True, timeout=a.timeout)
+                rc, out = p.returncode, p.stdout + p.stderr
+            except subprocess.TimeoutExpired as e:
+                rc, out = "timeout", ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
+                                      else (e.stdout or ""))
+            ran += 1
+            ok = rc == 0
+            failed += not ok
+            print(f"{'ok' if ok else 'FAILED':<8} {where:<24} {time.monotonic() - t:6.1f} s  {cmd[:110]}", flush=True)
+            if not ok:
+                print(f"         exit {rc}; the last of its output:\n" + "\n".join("         | " + l for l in
+                                                                               out.strip().splitlines()[-25:]), flush=True)
+    print(f"\n{ran - failed} of {ran} commands ran as typed; {skipped} not run (reasons above)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
