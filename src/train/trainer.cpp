@@ -51,7 +51,7 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
   model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me_), cfg_.stage_of(me_));
   model_->init_params(o.seed);
   opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o.opt);
-  sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me_), *tp_, slot_.get(), model_->layout(), *backend_,
+  sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me_), *groups_.tp, groups_.slot.get(), model_->layout(), *backend_,
                                      clock_, pacer_);
   tokens_.resize(std::size_t(max_batch) * o.seq);
   targets_.resize(tokens_.size());
@@ -70,15 +70,15 @@ Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& 
   cfg_ = plan_for(o, topo_, join.alive, rank_speed_);
   valid_ = join.valid;
   cursor_ = join.cursor, steps_ = join.steps;
-  initial_cursor_ = join.initial_cursor, initial_steps_ = join.initial_steps;
-  restore_path_ = join.restore_path;
+  restart_point_.initial_cursor = join.initial_cursor, restart_point_.initial_steps = join.initial_steps;
+  restart_point_.path = join.restore_path;
   tokens_.resize(std::size_t(max_batch) * o.seq);
   targets_.resize(tokens_.size());
 }
 
 JoinState Trainer::join_state(int logical_rank) const {
-  return {logical_rank, cfg_.alive, rank_speed_, valid_, cursor_, initial_cursor_, steps_, initial_steps_,
-          restore_path_};
+  return {logical_rank, cfg_.alive, rank_speed_, valid_, cursor_, restart_point_.initial_cursor, steps_, restart_point_.initial_steps,
+          restart_point_.path};
 }
 
 double Trainer::probe_seconds() {
@@ -114,7 +114,7 @@ double Trainer::probe_seconds() {
 }
 
 void Trainer::revoke_all() {
-  for (Comm* c : {group_, live_.get(), tp_.get(), train_.get(), slot_.get(), pp_.get(), embed_.get()})
+  for (Comm* c : {group_, groups_.live.get(), groups_.tp.get(), groups_.train.get(), groups_.slot.get(), groups_.pp.get(), groups_.embed.get()})
     if (c) c->revoke();
 }
 
@@ -153,18 +153,18 @@ void Trainer::route_links() {
     if (o_.machine == "custom") return;
     const int domain = machine_profile(o_.machine).gpus_per_domain;
     const auto one_domain = [&](Comm& c) { return same_on_all(c, double(me_ / domain)); };
-    if (tp_) pacer_.set_route(Link::Tp, one_domain(*tp_) ? Link::Tp : Link::Dp);
-    if (slot_) pacer_.set_route(Link::Dp, one_domain(*slot_) ? Link::Tp : Link::Dp);
+    if (groups_.tp) pacer_.set_route(Link::Tp, one_domain(*groups_.tp) ? Link::Tp : Link::Dp);
+    if (groups_.slot) pacer_.set_route(Link::Dp, one_domain(*groups_.slot) ? Link::Tp : Link::Dp);
     return;
   }
-  if (tp_) pacer_.set_route(Link::Tp, on_one_host(*tp_) ? Link::Tp : Link::Dp);
-  if (slot_) pacer_.set_route(Link::Dp, on_one_host(*slot_) ? Link::Tp : Link::Dp);
+  if (groups_.tp) pacer_.set_route(Link::Tp, on_one_host(*groups_.tp) ? Link::Tp : Link::Dp);
+  if (groups_.slot) pacer_.set_route(Link::Dp, on_one_host(*groups_.slot) ? Link::Tp : Link::Dp);
 }
 
 void Trainer::build_comms() {
   const int me = me_;
   const bool alive = cfg_.alive[me] != 0;
-  live_ = group_->split(alive ? 0 : -1, me);
+  groups_.live = group_->split(alive ? 0 : -1, me);
   const int q = cfg_.replica_of(me), idx = cfg_.tp_index_of(me), st = cfg_.stage_of(me);
   const int P = topo_.stages, t = topo_.tp;
   // The groups that carry device buffers (activations, gradient chunks) are staged through host
@@ -172,15 +172,15 @@ void Trainer::build_comms() {
   auto device_capable = [&](std::unique_ptr<Comm> c) {
     return stage_device_buffers_ && c ? make_host_staged_comm(std::move(c), *backend_) : std::move(c);
   };
-  tp_ = device_capable(group_->split(q >= 0 ? q * P + st : -1, idx));
-  train_ = group_->split(q >= 0 ? 0 : -1, me);
+  groups_.tp = device_capable(group_->split(q >= 0 ? q * P + st : -1, idx));
+  groups_.train = group_->split(q >= 0 ? 0 : -1, me);
   // Sync slot (stage, i): TP index i of that stage in every active replica, for i < n2 (the extras
   // sit out).
-  slot_ = device_capable(group_->split(q >= 0 && idx < cfg_.n2 ? st * t + idx : -1, q));
+  groups_.slot = device_capable(group_->split(q >= 0 && idx < cfg_.n2 ? st * t + idx : -1, q));
   // With stages: the pipeline of my replica and TP index, and the tied embedding's two ends.
-  pp_ = P > 1 ? device_capable(group_->split(q >= 0 ? q * t + idx : -1, st)) : nullptr;
+  groups_.pp = P > 1 ? device_capable(group_->split(q >= 0 ? q * t + idx : -1, st)) : nullptr;
   const bool ends = q >= 0 && (st == 0 || st == P - 1);
-  embed_ = P > 1 && tied_tensor(o_.model) >= 0 ? device_capable(group_->split(ends ? q * t + idx : -1, st)) : nullptr;
+  groups_.embed = P > 1 && tied_tensor(o_.model) >= 0 ? device_capable(group_->split(ends ? q * t + idx : -1, st)) : nullptr;
   route_links();
 }
 
@@ -188,7 +188,7 @@ std::unique_ptr<Model> Trainer::make_model(const ReplicaPlan& rp, int tp_index, 
   const StageRange range = StageRange::of(o_.model, stage, rp.stages);
   // 1F1B keeps at most stages - stage micro-batches between forward and backward on a stage.
   const int in_flight = std::min(rp.stages - stage, o_.micro_batches);
-  auto m = ntp::make_model(*backend_, o_.model, rp.layout, tp_index, *tp_, max_batch_, o_.seq, &range, in_flight);
+  auto m = ntp::make_model(*backend_, o_.model, rp.layout, tp_index, *groups_.tp, max_batch_, o_.seq, &range, in_flight);
   m->set_clock(&clock_);
   m->set_pacer(&pacer_);
   return m;
@@ -284,16 +284,16 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
     // The global loss: the first rank of each replica's last stage contributes its replica's sum.
     PhaseScope s(clock_, Phase::DpComm);
     double contrib = cfg_.tp_index_of(me_) == 0 && stage == P - 1 ? loss_sum : 0.0;
-    train_->allreduce_sum(&contrib, 1);
+    groups_.train->allreduce_sum(&contrib, 1);
     r.loss = contrib / global_tokens;
   }
   double squares = sync_->squared_norm(model_->grads());
-  if (pp_) {
+  if (groups_.pp) {
     // One partial per stage, summed in stage order: bitwise the same on every rank.
     PhaseScope s(clock_, Phase::Optimizer);
     std::vector<double> per_stage(P, 0.0);
     per_stage[stage] = squares;
-    pp_->allreduce_sum(per_stage.data(), per_stage.size());
+    groups_.pp->allreduce_sum(per_stage.data(), per_stage.size());
     squares = 0;
     for (double v : per_stage) squares += v;
   }
@@ -373,22 +373,22 @@ void Trainer::pp_transfer(const float* send, int dest, float* recv, int src, std
   if (pacer_.enabled()) {
     const int peer = dest >= 0 ? dest : src;
     float out = 0, in = 0;
-    pp_->sendrecv(&out, 1, peer, &in, 1, peer);
+    groups_.pp->sendrecv(&out, 1, peer, &in, 1, peer);
   }
   const auto t0 = Clock::now();
-  pp_->sendrecv(send, dest >= 0 ? n : 0, dest, recv, src >= 0 ? n : 0, src);
+  groups_.pp->sendrecv(send, dest >= 0 ? n : 0, dest, recv, src >= 0 ? n : 0, src);
   // Stages sit in different scale-up domains: their transfers take the scale-out link.
   pacer_.pace_transfer(seconds_since(t0), double(n) * sizeof(float), 1, Link::Dp, Traffic::Activations);
 }
 
 void Trainer::reduce_tied_embedding() {
-  if (!embed_) return;
+  if (!groups_.embed) return;
   PhaseScope p(clock_, Phase::PpComm);
   const int t = tied_tensor(o_.model);
   const long n = model_->layout().slot(t).elems;
-  if (pacer_.enabled()) embed_->barrier();  // the first stage ends its backward last: meet it first (pp_transfer)
+  if (pacer_.enabled()) groups_.embed->barrier();  // the first stage ends its backward last: meet it first (pp_transfer)
   const auto t0 = Clock::now();
-  embed_->allreduce_sum(model_->grad(t), std::size_t(n));
+  groups_.embed->allreduce_sum(model_->grad(t), std::size_t(n));
   pacer_.pace_transfer(seconds_since(t0), double(n) * sizeof(float), 2, Link::Dp, Traffic::Parameters);  // a two-rank all-reduce
 }
 
@@ -397,7 +397,7 @@ bool Trainer::save_checkpoint(const std::string& path) {
   for (int q = 0; q < topo_.replicas && source < 0; ++q)
     if (cfg_.replicas[q].active()) source = q;
   if (source < 0) return false;
-  if (live_) {
+  if (groups_.live) {
     const auto& rp = cfg_.replicas[source];
     std::vector<int> live_rank(n_, -1);
     for (int r = 0, k = 0; r < n_; ++r)
@@ -407,9 +407,9 @@ bool Trainer::save_checkpoint(const std::string& path) {
     const SourceOwners owners = owners_in_replica(o_.model, rp.layout, ranks, rp.stages);
     CheckpointMeta meta{steps_, cursor_, true};
     // Live ranks outside the source replica take part in the exchange with nothing to send.
-    ntp::save_checkpoint(path, *live_, ranks[0], owners, o_.model, model_.get(), opt_.get(), meta);
+    ntp::save_checkpoint(path, *groups_.live, ranks[0], owners, o_.model, model_.get(), opt_.get(), meta);
   }
-  restore_path_ = path;
+  restart_point_.path = path;
   return true;
 }
 
@@ -420,8 +420,8 @@ void Trainer::load_checkpoint(const std::string& path, bool weights_only) {
     cursor_ = meta.samples_consumed;
     steps_ = meta.step;
   }
-  initial_cursor_ = cursor_;
-  initial_steps_ = steps_;
+  restart_point_.initial_cursor = cursor_;
+  restart_point_.initial_steps = steps_;
 }
 
 }  // namespace ntp

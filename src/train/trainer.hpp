@@ -159,7 +159,7 @@ class Trainer {
   // The 1F1B pipeline over `micro` micro-batches of `b` sequences starting at sample `first`;
   // returns this rank's share of the loss sum (the last stage's).
   double pipeline(long long first, int micro, int b, float dloss, const std::function<void(StepPoint)>& at);
-  // One pipeline transfer over pp_ (either side may be absent: -1), timed and paced.
+  // One pipeline transfer over groups_.pp (either side may be absent: -1), timed and paced.
   void pp_transfer(const float* send, int dest, float* recv, int src, std::size_t n);
   // GPT-2's tied embedding: the first and last stages sum their wte gradients (Megatron's
   // embedding group).
@@ -182,17 +182,24 @@ class Trainer {
   std::unique_ptr<DataSource> data_;
   Configuration cfg_;
   std::vector<char> valid_;  // per replica: its state is current (it trained the last step)
-  // live ranks, my stage's TP group, all trainers, my sync slot (same stage and TP index across
-  // replicas), my pipeline (same replica and TP index, by stage), the tied embedding's two stages
-  std::unique_ptr<Comm> live_, tp_, train_, slot_, pp_, embed_;
+  // This rank's groups under the configuration (build_comms): the live ranks; its replica's TP group
+  // at its stage; the ranks of active replicas; its sync slot (its TP index and stage across the
+  // replicas); with stages, its pipeline and the tied embedding's two ends. Null where it has none.
+  struct Groups {
+    std::unique_ptr<Comm> live, tp, train, slot, pp, embed;
+  } groups_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<GradSync> sync_;
   long long cursor_ = 0;
   int steps_ = 0;
-  long long initial_cursor_ = 0;
-  int initial_steps_ = 0;
-  std::string restore_path_;
+  // Where --policy restart goes back to: the last checkpoint written (path), else the state the
+  // run started from (its data cursor and steps).
+  struct RestartPoint {
+    std::string path;
+    long long initial_cursor = 0;
+    int initial_steps = 0;
+  } restart_point_;
   std::vector<int> tokens_, targets_;
   std::function<void(StepPoint)> hook_;
   bool agree_commit_ = false;

@@ -196,7 +196,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   rec.before = old_cfg.degrees();
   rec.after = cfg_.degrees();
   rec.changed = true;
-  std::unique_ptr<Comm> old_tp = std::move(tp_);  // kept alive while old models may still reference it
+  std::unique_ptr<Comm> old_tp = std::move(groups_.tp);  // kept alive while old models may still reference it
   build_comms();
   rec.reconfigure = seconds_since(t0);
 
@@ -216,7 +216,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   }
   const int q = cfg_.replica_of(me);
   if (q >= 0)
-    sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *tp_, slot_.get(), model_->layout(), *backend_,
+    sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *groups_.tp, groups_.slot.get(), model_->layout(), *backend_,
                                        clock_, pacer_);
   else
     sync_.reset();
@@ -232,13 +232,13 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
 // tensors, params and both AdamW moments together.
 void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_valid, Recovery& rec) {
   const int me = me_;
-  if (!live_) {  // this rank is dead: it frees everything and takes no part
+  if (!groups_.live) {  // this rank is dead: it frees everything and takes no part
     sync_.reset(), opt_.reset(), model_.reset();
     return;
   }
   HealView v{old_cfg, old_valid, cfg_, std::vector<int>(n_, kNowhere), me, false, cfg_.replica_of(me),
              model_tensors(o_.model), topo_.stages, &o_.model};
-  for (int r = 0, k = 0; r < n_; ++r)  // live_ is split ordered by logical rank
+  for (int r = 0, k = 0; r < n_; ++r)  // groups_.live is split ordered by logical rank
     if (cfg_.alive[r]) v.live_rank[r] = k++;
   const int my_old_q = old_cfg.replica_of(me);
   v.i_hold = my_old_q >= 0 && old_valid[my_old_q] && cfg_.alive[me] && model_;
@@ -255,19 +255,19 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
     if (!changed[q]) continue;
     HealExchange x;
     for (int st = 0; st < topo_.stages; ++st) {
-      add_sharded_parts(v, q, st, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), live_->rank(),
-                        live_->size(), x);
-      add_replicated_part(v, q, st, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), live_->rank(),
-                          live_->size(), x);
+      add_sharded_parts(v, q, st, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), groups_.live->rank(),
+                        groups_.live->size(), x);
+      add_replicated_part(v, q, st, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), groups_.live->rank(),
+                          groups_.live->size(), x);
     }
-    rec.heal_bytes += reshard(*live_, ReshardPlan::combine(x.parts), x.tensors, backend_.get());
+    rec.heal_bytes += reshard(*groups_.live, ReshardPlan::combine(x.parts), x.tensors, backend_.get());
   }
   if (fresh) {
     sync_.reset();
     model_ = std::move(fresh);
     opt_ = std::move(fresh_opt);
   } else if (v.new_q >= 0) {
-    model_->set_tp_comm(*tp_);  // unchanged replica: same shards, new communicator
+    model_->set_tp_comm(*groups_.tp);  // unchanged replica: same shards, new communicator
   } else {
     sync_.reset(), opt_.reset(), model_.reset();  // dead, or in a replica that stopped
   }
@@ -279,26 +279,26 @@ void Trainer::restore(Recovery& rec) {
   const int me = me_;
   sync_.reset(), opt_.reset(), model_.reset();
   rec.restored = true;
-  rec.restored_from = restore_path_.empty() ? "initial state" : restore_path_;
+  rec.restored_from = restart_point_.path.empty() ? "initial state" : restart_point_.path;
   const int q = cfg_.replica_of(me);
-  long long cursor = initial_cursor_;
-  int steps = initial_steps_;
-  if (!restore_path_.empty()) {
+  long long cursor = restart_point_.initial_cursor;
+  int steps = restart_point_.initial_steps;
+  if (!restart_point_.path.empty()) {
     // Every rank agrees on the restore point from the file's attributes.
-    h5::File f(restore_path_, h5::Mode::ReadOnly);
+    h5::File f(restart_point_.path, h5::Mode::ReadOnly);
     steps = static_cast<int>(h5::get_attr_int(f.id(), "/", "step"));
     cursor = h5::get_attr_int(f.id(), "/", "samples_consumed");
   }
   if (q >= 0) {
     model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me), cfg_.stage_of(me));
     opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o_.opt);
-    if (!restore_path_.empty()) {
-      ntp::load_checkpoint(restore_path_, *model_, opt_.get());
+    if (!restart_point_.path.empty()) {
+      ntp::load_checkpoint(restart_point_.path, *model_, opt_.get());
       rec.heal_bytes = double(model_->param_count()) * 3 * sizeof(float);
     } else {
       model_->init_params(o_.seed);
       if (!o_.init_from.empty()) ntp::load_checkpoint(o_.init_from, *model_, o_.init_weights_only ? nullptr : opt_.get());
-      opt_->set_steps_taken(initial_steps_);
+      opt_->set_steps_taken(restart_point_.initial_steps);
     }
   }
   cursor_ = cursor;
