@@ -10,9 +10,9 @@ namespace ntp {
 
 Model::Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank, Comm& tp_comm, int max_batch,
              int seq, const StageRange& stage, int in_flight)
-    : be_(backend), m_(m), layout_(m, tp, tp_rank, stage), tp_(&tp_comm), max_batch_(max_batch), T_(seq),
-      in_flight_(in_flight) {
+    : be_(backend), m_(m), layout_(m, tp, tp_rank, stage), tp_(&tp_comm), max_batch_(max_batch), T_(seq) {
   if (in_flight < 1) throw std::invalid_argument("a model keeps at least one micro-batch in flight");
+  slots_.in_flight = in_flight;
   if (tp_comm.size() != tp.degree())
     throw std::invalid_argument("TP communicator size does not match the layout's degree");
   if (seq < 1 || seq > m.context)
@@ -21,10 +21,10 @@ Model::Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_
   params_ = Arena(be_, layout_.total());
   grads_ = Arena(be_, layout_.total());
   const std::size_t BT = std::size_t(max_batch) * seq;
-  token_slots_ = be_.allocate_ints(BT * in_flight);
-  target_slots_ = be_.allocate_ints(BT * in_flight);
-  tokens_ = token_slots_, targets_ = target_slots_;
-  slot_batch_.assign(in_flight, 0);
+  slots_.tokens = be_.allocate_ints(BT * in_flight);
+  slots_.targets = be_.allocate_ints(BT * in_flight);
+  tokens_ = slots_.tokens, targets_ = slots_.targets;
+  slots_.batch.assign(in_flight, 0);
   vocab_rows_ = be_.allocate_ints(m.vocab);
   const std::vector<int> rows = tp.vocab.local_rows(tp_rank);
   be_.ints_from_host(vocab_rows_, rows.data(), rows.size());
@@ -32,20 +32,20 @@ Model::Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_
 }
 
 Model::~Model() {
-  be_.release_ints(token_slots_);
-  be_.release_ints(target_slots_);
+  be_.release_ints(slots_.tokens);
+  be_.release_ints(slots_.targets);
   be_.release_ints(vocab_rows_);
 }
 
 // Arena: the scratch views, then slot 0's per-slot views, slot 1's, ...
 void Model::carve() {
   std::size_t scratch = 0;
-  for (auto& w : want_) (w.per_slot ? slot_stride_ : scratch) += w.n;
-  act_arena_ = Arena(be_, scratch + slot_stride_ * in_flight_);
+  for (auto& w : want_) (w.per_slot ? slots_.stride : scratch) += w.n;
+  act_arena_ = Arena(be_, scratch + slots_.stride * slots_.in_flight);
   std::size_t off = 0, slot_off = scratch;
   for (auto& w : want_) {
     if (w.per_slot) {
-      slot_views_.emplace_back(w.p, slot_off);
+      slots_.views.emplace_back(w.p, slot_off);
       slot_off += w.n;
     } else {
       *w.p = act_arena_.data() + off;
@@ -57,15 +57,15 @@ void Model::carve() {
 }
 
 void Model::use_micro_batch(int slot) {
-  if (slot < 0 || slot >= in_flight_)
-    throw std::out_of_range("micro-batch slot " + std::to_string(slot) + " of " + std::to_string(in_flight_));
-  slot_batch_[slot_] = B_;
-  slot_ = slot;
-  B_ = slot_batch_[slot];
-  for (auto& [p, off] : slot_views_) *p = act_arena_.data() + off + slot_stride_ * slot;
+  if (slot < 0 || slot >= slots_.in_flight)
+    throw std::out_of_range("micro-batch slot " + std::to_string(slot) + " of " + std::to_string(slots_.in_flight));
+  slots_.batch[slots_.current] = B_;
+  slots_.current = slot;
+  B_ = slots_.batch[slot];
+  for (auto& [p, off] : slots_.views) *p = act_arena_.data() + off + slots_.stride * slot;
   const std::size_t BT = std::size_t(max_batch_) * T_;
-  tokens_ = token_slots_ + BT * slot;
-  targets_ = target_slots_ + BT * slot;
+  tokens_ = slots_.tokens + BT * slot;
+  targets_ = slots_.targets + BT * slot;
 }
 
 void Model::set_tp_comm(Comm& tp) {

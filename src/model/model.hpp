@@ -40,7 +40,7 @@ class Model {
   // Pipeline parallelism. Up to in_flight micro-batches are between their forward and their
   // backward at once (1F1B); each has its own activations. use_micro_batch(k) selects slot k for
   // the next forward, or for the backward of the micro-batch whose forward ran in slot k.
-  int in_flight() const { return in_flight_; }
+  int in_flight() const { return slots_.in_flight; }
   void use_micro_batch(int slot);
   // A stage after the first: the forward's input (B*T*d floats of the residual stream), written by
   // the receive before forward().
@@ -112,11 +112,16 @@ class Model {
     bool per_slot;
   };
   std::vector<View> want_;
-  std::vector<std::pair<float**, std::size_t>> slot_views_;  // per-slot views: offset in slot 0
-  std::size_t slot_stride_ = 0;
-  int in_flight_ = 1, slot_ = 0;
-  int *token_slots_ = nullptr, *target_slots_ = nullptr;
-  std::vector<int> slot_batch_;
+  // The micro-batches in flight (1F1B keeps up to `in_flight` between their forward and backward):
+  // each has its own copy of the per-slot activations (one `stride` of the arena after the scratch)
+  // and of the token ids and targets; use_micro_batch points the views at the one `current`.
+  struct Slots {
+    std::vector<std::pair<float**, std::size_t>> views;  // per-slot views: offset in slot 0
+    std::size_t stride = 0;
+    int in_flight = 1, current = 0;
+    int *tokens = nullptr, *targets = nullptr;  // in_flight x max_batch x T each
+    std::vector<int> batch;                     // each slot's micro-batch size (B_ while selected)
+  } slots_;
   std::vector<float> host_losses_;
 };
 
