@@ -6,7 +6,8 @@ Every fenced `sh` block of README.md, jobs/README.md and analysis/README.md is s
 `source env.sh`, in the order the READMEs give them, in a scratch directory: links to this
 checkout's build/, .venv/, env.sh, jobs/, analysis/ and tests/, and a results/ of its own, so that
 an `--out results/...` never meets a file of an earlier run. A command passes when it exits 0
-within its deadline.
+within its deadline, and a paced run (`--timing paced`) when its results say `ok`: its real work
+fit inside the emulated machine's time (README, Timing), not `overran`.
 
 Not run, each with its reason on the output:
 - what needs a Slurm cluster (sbatch, the array submitter, the namespace cluster's scripts):
@@ -90,6 +91,20 @@ def why_not(cmd: str, scratch: pathlib.Path) -> str:
     return ""
 
 
+def paced_status(cmd: str, scratch: pathlib.Path) -> str:
+    """The /summary status of each paced run's results file the command wrote ('' if none)."""
+    if "--timing paced" not in cmd:
+        return ""
+    import h5py
+    found = []
+    for out in re.findall(r"--out\s+(\S+\.h5)", cmd):
+        for path in glob.glob(str(scratch / out.replace("$OUT", "*"))):
+            with h5py.File(path, "r") as f:
+                status = f["summary"].attrs.get("status", b"?") if "summary" in f else b"no /summary"
+            found.append(status.decode() if isinstance(status, bytes) else str(status))
+    return ",".join(sorted(set(found)))
+
+
 def braces(word: str) -> list[str]:
     """bash's brace expansion of one {a,b,...} in `word` (the READMEs use no more)."""
     m = re.search(r"\{([^{}]*,[^{}]*)\}", word)
@@ -139,13 +154,22 @@ def main() -> int:
                 rc, out = "timeout", ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
                                       else (e.stdout or ""))
             ran += 1
-            ok = rc == 0
+            status = paced_status(cmd, scratch) if rc == 0 else ""
+            ok = rc == 0 and status in ("", "ok")
+            if rc == 0 and not ok:
+                out = f"the paced run's status: {status} (its real work ran past the emulated time)"
             failed += not ok
-            print(f"{'ok' if ok else 'FAILED':<8} {where:<24} {time.monotonic() - t:6.1f} s  {cmd[:110]}", flush=True)
+            note = f" [paced: {status}]" if status else ""
+            print(f"{'ok' if ok else 'FAILED':<8} {where:<24} {time.monotonic() - t:6.1f} s  {cmd[:110]}{note}",
+                  flush=True)
             if not ok:
                 print(f"         exit {rc}; the last of its output:\n" + "\n".join("         | " + l for l in
                                                                                out.strip().splitlines()[-25:]), flush=True)
     print(f"\n{ran - failed} of {ran} commands ran as typed; {skipped} not run (reasons above)")
+    if failed or a.keep:
+        print(f"the scratch directory is kept: {scratch}")
+    elif not a.list:
+        shutil.rmtree(scratch)
     return 1 if failed else 0
 
 
