@@ -101,6 +101,14 @@ TEST(TimeScale, DownByHalvesWhileTheRatioLeavesRoom) {
   EXPECT_TRUE(s.settled);
 }
 
+TEST(TimeScale, DownInOneStepAfterANoisyTrialAskedTooMuch) {
+  // 2048 (asked for by a trial a descheduled rank spoiled) took 0.01: 64 would take 0.32, within 1/2.
+  EXPECT_EQ(next_time_scale({{2048, 0.01}}, 2).scale, 64);
+  // ... but not below a factor that failed: 32 took 1.2, so 64 is the floor.
+  EXPECT_EQ(next_time_scale({{32, 1.2}, {2048, 0.001}}, 2).scale, 64);
+  EXPECT_FALSE(next_time_scale({{32, 1.2}, {2048, 0.001}}, 2).settled);
+}
+
 TEST(TimeScale, NeverBackToAHalfThatFailed) {
   // 256 fit with room, but 128 was tried before and failed: 256 stands.
   const ScaleStep s = next_time_scale({{64, 1.2}, {256, 0.1}, {128, 0.6}, {256, 0.12}}, 2);

@@ -26,11 +26,14 @@ ScaleStep next_time_scale(const std::vector<ScaleTrial>& trials, double headroom
       if (t.scale > last.scale && t.scale <= up && fits(t) && (known == 0 || t.scale < known)) known = t.scale;
     return known > 0 ? ScaleStep{known, true} : ScaleStep{up, false};
   }
-  // It fits. Half would, by this ratio, if need <= 1/2: try it unless it failed before.
-  const bool half_failed = std::any_of(trials.begin(), trials.end(), [&](const ScaleTrial& t) {
-    return t.scale == last.scale / 2 && !fits(t);
-  });
-  if (need * 2 <= 1 && last.scale >= 2 && !half_failed) return {last.scale / 2, false};
+  // It fits. Down by the power of 2 this ratio leaves room for (a trial that asked for too much,
+  // after a noisy one, comes back in one step), but never to a factor that failed or below one.
+  double floor = 1;  // the smallest factor not known to fail below this one
+  for (const ScaleTrial& t : trials)
+    if (!fits(t) && t.scale < last.scale) floor = std::max(floor, t.scale * 2);
+  const double room = need > 0 ? std::exp2(std::floor(std::log2(1 / need))) : last.scale;  // need x room <= 1
+  const double down = std::max({floor, 1.0, last.scale / room});
+  if (down < last.scale) return {down, false};
   return {last.scale, true};
 }
 
@@ -66,8 +69,13 @@ Calibration calibrate_time_scale(const Options& o, Trainer& trainer, Comm& group
       fmt::print("--time-scale auto: trying {:g} ({} of at most {})\n", scale, k + 1, kTrials);
       std::fflush(stdout);
     }
+    // Two dry steps, the better one: a rank descheduled once by another process on this machine
+    // would otherwise ask for a factor many times larger than its work needs (the verdict
+    // tolerates such rare moments; an overrun that persists shows in both).
     trainer.dry_step();
-    c.trials.push_back({scale, worst_ratio(p, group, true)});
+    const double first = worst_ratio(p, group, true);
+    trainer.dry_step();
+    c.trials.push_back({scale, std::min(first, worst_ratio(p, group, true))});
     const ScaleStep next = next_time_scale(c.trials, o.headroom);
     scale = next.scale;
     c.fits = next.settled;

@@ -5,7 +5,8 @@
 // once: first at the machine's own rates without sleeping, which times compute (real over
 // emulated seconds of each phase); then paced at the factor that suggests, which times the
 // transfers too (their real time is honest only once the ranks run in step, as they will). The
-// worst phase of the worst rank decides; the factor is a power of 2.
+// worst phase of the worst rank decides, the better of two dry steps at each factor; the factor is
+// a power of 2.
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,7 +30,8 @@ struct ScaleTrial {
 
 // After `trials` (the newest last) at `headroom`: the next factor to try, or the answer (settled:
 // a factor tried at which every phase fit with headroom, whose half failed or would fail by its
-// ratio). Up by the power of 2 the worst phase lacked; down by half while the ratio leaves room.
+// ratio). Up by the power of 2 the worst phase lacked; down by the power of 2 the ratio leaves
+// room for, not to or below a factor that failed.
 struct ScaleStep {
   double scale = 0;
   bool settled = false;
