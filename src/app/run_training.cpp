@@ -117,8 +117,11 @@ Schedule validate_schedule(const Options& o, const std::vector<std::string>& hos
       throw UsageError(fmt::format("{}: step {} kills every rank; with --kill-mode signal no process would be left "
                                    "to revive them (use --kill-mode fence)",
                                    o.schedule, step));
+    // With spares taking over deaths at once, whether one can serve a death is the pool's at run
+    // time: a repair that leaves no replica and no spare ends the run then (exit 3).
+    const bool takeover = o.spare_use == SpareUse::Takeover && (o.spares_per_host > 0 || o.spare_hosts > 0);
     const auto cfg = plan_for(o, topo, alive);
-    if (cfg.active_replicas() == 0 && !s.revival_after(step))
+    if (cfg.active_replicas() == 0 && !s.revival_after(step) && !takeover)
       throw UsageError(fmt::format(
           "{}: from step {} every replica is down under --policy {} and no revival is scheduled; the run could "
           "never finish",

@@ -330,7 +330,7 @@ def test_a_node_killed_from_outside(cluster):
     kills = events(d / "outside.h5", "kill")
     dead = {r for _, r, _ in kills}
     assert {4, 5, 6, 7} <= dead, kills
-    assert all(detail == "unscheduled: the process died" for _, _, detail in kills)
+    assert all(detail == "unscheduled: the process died" for _, _, detail in kills), (kills, log)
     _, inc = attrs_hosts(d / "outside.h5")
     assert {r for r, _, _, t_end in inc if t_end == t_end} == dead  # exactly the dead have ended
     with h5py.File(d / "outside.h5", "r") as f:

@@ -66,6 +66,23 @@ def test_takeover_at_every_phase(tmp_path, at):
     replay(out)
 
 
+def test_takeover_lets_a_schedule_leave_no_replica_without_a_revival(tmp_path):
+    """dp-drop, one rank of each replica killed and none revived: without spares the schedule is
+    refused before training (every replica down from step 4); with takeover spares it is the
+    pool's to serve at run time, and the spares bring both replicas back at once."""
+    text = "events:\n  - {step: 3, kill: [1]}\n  - {step: 4, kill: [6]}\n"
+    sched = schedule(tmp_path, text)
+    p = ntpbench(8, *JOB[:-2], "--policy", "dp-drop", "--steps", 6, "--schedule", sched,
+                 "--out", tmp_path / "refused.h5", check=False)
+    assert p.returncode == 2 and "every replica is down" in p.stderr, p.stderr
+    out = tmp_path / "takeover.h5"
+    ntpbench(12, *JOB, "--spare-use", "takeover", "--policy", "dp-drop", "--steps", 6, "--schedule", sched,
+             "--out", out)
+    assert [e for e in events(out) if e[1] == "takeover"] == [(3, "takeover", 1), (4, "takeover", 6)]
+    assert replicas(out).tolist() == [[4, 4]] * 6
+    replay(out)
+
+
 def test_revive_is_served_by_a_spare(tmp_path):
     out = tmp_path / "revive.h5"
     text = "events:\n  - {step: 3, kill: [5], at: backward}\n  - {step: 6, revive: [5]}\n"
