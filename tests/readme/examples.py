@@ -29,6 +29,7 @@ import pathlib
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -146,13 +147,17 @@ def main() -> int:
                 print(f"not run  {where:<24} {cmd[:90]}\n         {reason}", flush=True)
                 continue
             t = time.monotonic()
+            # Its own process group, so that a command past its deadline is ended with everything it
+            # started (mpirun and its ranks), not only its shell.
+            p = subprocess.Popen(["bash", "-c", f"source env.sh && {cmd}"], cwd=scratch, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
             try:
-                p = subprocess.run(["bash", "-c", f"source env.sh && {cmd}"], cwd=scratch, capture_output=True,
-                                   text=True, timeout=a.timeout)
-                rc, out = p.returncode, p.stdout + p.stderr
-            except subprocess.TimeoutExpired as e:
-                rc, out = "timeout", ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
-                                      else (e.stdout or ""))
+                out, _ = p.communicate(timeout=a.timeout)
+                rc = p.returncode
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                out, _ = p.communicate()
+                rc = "timeout"
             ran += 1
             status = paced_status(cmd, scratch) if rc == 0 else ""
             ok = rc == 0 and status in ("", "ok")
