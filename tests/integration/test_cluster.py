@@ -19,6 +19,9 @@ import h5py
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "chaos"))
+import chaos  # noqa: E402  tests/chaos/chaos.py: its phases and its checks
+
 from conftest import BUILD, ENV, MPIRUN, NTPBENCH, ROOT, ULFM, needs_ulfm, replay, skip_or_fail
 
 HARNESS = ROOT / "tests" / "cluster"
@@ -430,7 +433,7 @@ def draw_cluster_chaos(seed):
     kill_step, hang_step = rng.randint(3, 5), rng.randint(3, 7)
     use = rng.choice(["takeover", "revive"])
     policy = rng.choice(["ntp", "dp-drop"])
-    lines = [f"  - {{step: {kill_step}, kill_node: {node}, at: {rng.choice(('start', 'forward', 'backward', 'sync', 'optimizer'))}}}",
+    lines = [f"  - {{step: {kill_step}, kill_node: {node}, at: {rng.choice(chaos.PHASES)}}}",
              f"  - {{step: {hang_step}, hang: [{hung}], at: {rng.choice(('forward', 'backward', 'optimizer'))}}}"]
     if use == "revive":
         lines.append(f"  - {{step: {kill_step + 3}, revive_node: {node}}}")
@@ -447,8 +450,6 @@ def test_cluster_chaos(cluster, seed):
     random phase, node3's spares taking it (at once or at its revival), a rank of the other node
     frozen and ended by its host's survivors. The job must end 0 (or 3), record each death once,
     leave nothing behind, add up and replay. NTPBENCH_CLUSTER_CHAOS_SEEDS sets how many seeds."""
-    sys.path.insert(0, str(ROOT / "tests" / "chaos"))
-    import chaos
     d, env = cluster
     text, deaths, args = draw_cluster_chaos(seed)
     sched = d / f"chaos-{seed}.yaml"
