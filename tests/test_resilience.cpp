@@ -415,6 +415,29 @@ TEST(Schedule, AnUnscheduledDeathComesBackAfterTheGeneratorsRepairTime) {
   EXPECT_FALSE(explicit_only.revival_after(0));
 }
 
+// A kill `at: handover` strikes in the handover of a revival of its step (after the new processes
+// joined, before their heal): one is needed; a hang cannot be placed there, nor does the generator.
+TEST(Schedule, AKillInAHandoverNeedsARevivalInItsStep) {
+  const Schedule s = Schedule::parse(
+      "events:\n  - {step: 2, kill: [3]}\n  - {step: 5, revive: [3]}\n  - {step: 5, kill: [1], at: handover}\n",
+      "handover.yaml", 4, 10);
+  EXPECT_EQ(s.at(5).kill, (std::vector<int>{1}));
+  EXPECT_EQ(s.at(5).kill_at, (std::vector<StepPoint>{StepPoint::Handover}));
+  EXPECT_EQ(s.at(5).revive, (std::vector<int>{3}));
+  EXPECT_STREQ(step_point_name(StepPoint::Handover), "handover");
+  for (const std::string bad : {"events:\n  - {step: 3, kill: [2], at: handover}\n",
+                                "events:\n  - {step: 2, kill: [3]}\n  - {step: 5, revive: [3]}\n  - {step: 6, kill: [1], at: handover}\n",
+                                "events:\n  - {step: 2, kill: [3]}\n  - {step: 5, revive: [3]}\n  - {step: 5, hang: [1], at: handover}\n",
+                                "random: {mtbf_steps: 20, repair_steps: 5, seed: 3, at: handover}\n"}) {
+    try {
+      Schedule::parse(bad, "bad.yaml", 4, 10);
+      ADD_FAILURE() << "accepted:\n" << bad;
+    } catch (const ScheduleError& e) {
+      EXPECT_NE(std::string(e.what()).find("handover"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A kill `at: repair` strikes in the repair of another kill of its step: one is needed, and the
 // generator's `at: any` never draws it; a hang cannot be placed there.
 TEST(Schedule, AKillInARepairNeedsAnotherKillInItsStep) {
@@ -440,6 +463,7 @@ TEST(Schedule, AKillInARepairNeedsAnotherKillInItsStep) {
   for (const auto& [step, e] : gen.events())
     for (StepPoint a : e.kill_at) {
       EXPECT_NE(a, StepPoint::Repair) << "step " << step;
+      EXPECT_NE(a, StepPoint::Handover) << "step " << step;
       ++kills;
     }
   EXPECT_GT(kills, 50);

@@ -31,6 +31,10 @@ class Liveness {
   // `takes_host`, a kill_node of its host, which takes the host's spares too.
   void doom(StepPoint at, bool hangs, bool takes_host) { doom_ = at, hangs_ = hangs, takes_host_ = takes_host; }
   bool doomed_at(StepPoint p) const { return doom_ == p; }
+  // The end due at `from` strikes at `to` instead (its point did not come in this step).
+  void move_doom(StepPoint from, StepPoint to) {
+    if (doom_ == from) doom_ = to;
+  }
   bool doomed() const { return doom_.has_value(); }
   // The process ends here, as a crashed GPU's host process would. A scheduled hang stops it here
   // instead, every thread with it, until a survivor of its host ends it (hang_watch.hpp);

@@ -143,7 +143,24 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
   StepEvents ev;
   ev.revive = ranks;
   ev.nodes_revived = schedule_.at(s).nodes_revived;
-  return spawn_seconds + reconfigure(s, ev);
+  return spawn_seconds + heal_new_processes(s, ev);
+}
+
+// The end of a handover, on both sides: the reconfiguration that heals the new processes. A
+// failure in it (a survivor or a new process dies, or the schedule's kill `at: handover`) is
+// repaired as one in a step, by the merged group: the new processes are members from the merge on
+// and hold no state yet, and a heal cut short leaves every rank's state as it was before it
+// (Trainer::reconfigure), so the repair heals them as the handover would have.
+double TrainingRun::heal_new_processes(int s, const StepEvents& ev) {
+  const double t_start = now();
+  try {
+    if (liveness_->doomed_at(StepPoint::Handover)) die();
+    return reconfigure(s, ev);
+  } catch (const PeerFailure& e) {
+    recover(s, e, t_start);
+    if (root()) record_->record_revived_in_repair(s, ev, t_start);
+    return now() - t_start;
+  }
 }
 
 // --spare-use takeover, right after the repair of a death: spares take the dead ranks now, when the
@@ -184,7 +201,7 @@ double TrainingRun::join(int s, const std::vector<int>& ranks) {
   record_processes(ranks);
   StepEvents ev;
   ev.revive = ranks;
-  return reconfigure(s, ev);
+  return heal_new_processes(s, ev);
 }
 
 // Every rank reads the run's clock as seconds since the survivors' start. A new process first set

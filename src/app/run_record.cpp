@@ -240,17 +240,9 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
     rec_->event(make_event(t_kill >= 0 ? t_kill : t_event, s, "kill", ev.kill[i],
                            trainer_.topology().replica_of_rank(ev.kill[i]), 0, 0,
                            kill_details ? (*kill_details)[i] : ""));
-  for (int r : ev.revive)
-    rec_->event(make_event(t_event, s, "revive", r, trainer_.topology().replica_of_rank(r), 0, 0, ""));
-  // A whole node's failure or return (kill_node / revive_node): one event naming its ranks.
-  const auto node_event = [&](const std::string& host, const char* kind, double t) {
-    std::vector<int> on;
-    for (int r = 0; r < int(hosts_.size()); ++r)
-      if (hosts_[r] == host) on.push_back(r);
-    rec_->event(make_event(t, s, kind, -1, -1, 0, 0, fmt::format("{}: ranks {}", host, on)));
-  };
-  for (const auto& h : ev.nodes_killed) node_event(h, "node_down", t_kill >= 0 ? t_kill : t_event);
-  for (const auto& h : ev.nodes_revived) node_event(h, "node_up", t_event);
+  revive_events(s, ev.revive, t_event);
+  node_events(s, ev.nodes_killed, "node_down", t_kill >= 0 ? t_kill : t_event);
+  node_events(s, ev.nodes_revived, "node_up", t_event);
   const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
   rec_->event(make_event(t_event, s, "detect", -1, -1, 0, f.detect, ""));
   rec_->event(make_event(t_event + f.detect, s, "reconfigure", -1, -1, 0, f.reconfigure, change));
@@ -284,6 +276,27 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
     what += fmt::format("heal {:.2f} MB in {:.2f} ms | {}", f.bytes / 1e6, f.heal * 1e3, change);
   }
   fmt::print("{}\n", what);
+  std::fflush(stdout);
+}
+
+void RunRecord::revive_events(int s, const std::vector<int>& ranks, double t) {
+  for (int r : ranks) rec_->event(make_event(t, s, "revive", r, trainer_.topology().replica_of_rank(r), 0, 0, ""));
+}
+
+// A whole node's failure or return (kill_node / revive_node): one event naming its ranks.
+void RunRecord::node_events(int s, const std::vector<std::string>& hosts, const char* kind, double t) {
+  for (const auto& host : hosts) {
+    std::vector<int> on;
+    for (int r = 0; r < int(hosts_.size()); ++r)
+      if (hosts_[r] == host) on.push_back(r);
+    rec_->event(make_event(t, s, kind, -1, -1, 0, 0, fmt::format("{}: ranks {}", host, on)));
+  }
+}
+
+void RunRecord::record_revived_in_repair(int s, const StepEvents& ev, double t) {
+  revive_events(s, ev.revive, t);
+  node_events(s, ev.nodes_revived, "node_up", t);
+  fmt::print("step {:5d}: revive {} | healed by the repair of the failure during its handover\n", s, ev.revive);
   std::fflush(stdout);
 }
 

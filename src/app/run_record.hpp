@@ -120,6 +120,10 @@ class RunRecord {
   // repair of the deaths, else at the revival). Its events and line.
   void record_revival(int s, double t_event, double seconds, const std::vector<int>& ranks,
                       const std::vector<SpareHandover>& spares, bool takeover);
+  // A revival's events (each rank's `revive`, each host's `node_up`) where its own reconfiguration
+  // did not come: a failure cut the handover short and the repair that followed healed the new
+  // processes (its events are the repair's).
+  void record_revived_in_repair(int s, const StepEvents& ev, double t);
   // No spare was left for `ranks` (a takeover, or a revival on a job of several hosts): they stay dead.
   void record_no_spare(int s, double t, const std::vector<int>& ranks);
   // Spares the pool lost in a repair (their keys); `hung`: what their settled heartbeats say of each.
@@ -144,6 +148,10 @@ class RunRecord {
 
  private:
   void write_summary(double wall);
+  // The revive events of `ev`'s ranks, and one node event per host of `hosts` (kind node_down or
+  // node_up) naming its ranks.
+  void revive_events(int s, const std::vector<int>& ranks, double t);
+  void node_events(int s, const std::vector<std::string>& hosts, const char* kind, double t);
   std::string slots_line(int skipped_steps) const;
   std::string overrun_line() const;
   void warn_first_overrun(const StepRow& row);

@@ -195,7 +195,11 @@ double TrainingRun::apply_events(int s) {
   std::vector<int> back;
   for (int r : ev.revive)
     if (!members_.alive[r]) back.push_back(r);
-  return stragglers + (back.empty() ? 0 : revive(s, back));
+  const double revival = back.empty() ? 0 : revive(s, back);
+  // A kill meant for a handover that did not happen (a spare took the rank over already, or none
+  // could be served) strikes at the step's start instead.
+  liveness_->move_doom(StepPoint::Handover, StepPoint::Start);
+  return stragglers + revival;
 }
 
 namespace {

@@ -145,6 +145,7 @@ class TrainingRun {
   [[noreturn]] void die() { liveness_->die(members_.size()); }
   std::vector<std::pair<int, int>> repair_unscheduled(int s, const std::vector<int>& before);
   double revive(int s, const std::vector<int>& ranks);
+  double heal_new_processes(int s, const StepEvents& ev);
   JoinMessage join_message(int s, const std::vector<int>& ranks) const;
   std::unique_ptr<Comm> spawn_replacements(const JoinMessage& m);
   std::unique_ptr<Comm> hand_to_spares(const JoinMessage& m, const std::vector<std::pair<int, int>>& assign);

@@ -83,17 +83,18 @@ struct RawEvent {
   bool hang = false;  // a `hang:` entry: a kill whose process stops instead of dying
 };
 
-constexpr int kStepPhases = 5;  // the phases of a step; "repair" strikes in another failure's repair
+constexpr int kStepPhases = 5;  // the phases of a step; "repair" and "handover" strike in a repair or a revival
 
 // An `at:` value: one of kStepPointNames (or, where any_ok, "any": one of the step's phases, drawn per kill,
 // returned as -1; the generator's kills do not strike in repairs).
 int read_phase(const Ctx& c, const YAML::Node& n, bool any_ok) {
   const std::string s = n.IsScalar() ? n.Scalar() : "";
-  for (int k = 0; k < (any_ok ? kStepPhases : kStepPhases + 1); ++k)
+  const int points = any_ok ? kStepPhases : static_cast<int>(kStepPointNames.size());
+  for (int k = 0; k < points; ++k)
     if (s == kStepPointNames[k]) return k;
   if (any_ok && s == "any") return -1;
   c.fail(n, fmt::format("'at' must be one of start, forward, backward, sync, optimizer, {}, got '{}'",
-                        any_ok ? "any" : "repair", s));
+                        any_ok ? "any" : "repair, handover", s));
 }
 
 // The logical ranks on host `n` (a kill_node / revive_node value), at least one.
@@ -180,8 +181,8 @@ std::vector<RawEvent> read_events(const Ctx& c, const YAML::Node& ev, int world_
       if (e[k]) c.fail(e[k], fmt::format("'{}' belongs to a slow event, e.g. {{step: 5, slow: [3], factor: 2}}", k));
     if (e["at"] && !e["kill"] && !e["hang"] && !e["kill_node"]) c.fail(e["at"], "'at' belongs to a kill or a hang");
     const StepPoint at = e["at"] ? StepPoint(read_phase(c, e["at"], false)) : StepPoint::Start;
-    if (at == StepPoint::Repair && e["hang"])
-      c.fail(e["at"], "'at: repair' belongs to a kill (a hang in a repair is not modelled)");
+    if ((at == StepPoint::Repair || at == StepPoint::Handover) && e["hang"])
+      c.fail(e["at"], fmt::format("'at: {}' belongs to a kill (a hang there is not modelled)", step_point_name(at)));
     read_targets(c, e, int(step), at, hosts, world_size, raw);
   }
   return raw;
@@ -216,6 +217,13 @@ void apply_events(const Ctx& c, std::vector<RawEvent> raw, int world_size, std::
         if (raw[j].kill) c.fail(raw[j].node, fmt::format("step {}: a kill 'at: repair' strikes in the repair of another "
                                                          "kill of the same step, and this step has none",
                                                          step));
+    // A kill in a handover needs a revival of its step to hand over.
+    if (se.revive.empty())
+      for (std::size_t j = i; j-- > 0 && raw[j].step == step;)
+        if (raw[j].kill && raw[j].at == StepPoint::Handover)
+          c.fail(raw[j].node, fmt::format("step {}: a kill 'at: handover' strikes in the handover of a revival of the "
+                                          "same step, and this step revives no rank",
+                                          step));
   }
 }
 

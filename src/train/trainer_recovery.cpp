@@ -7,6 +7,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "fault.hpp"
 #include "h5.hpp"
 #include "reshard.hpp"
 #include "trainer.hpp"
@@ -197,22 +198,34 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   rec.after = cfg_.degrees();
   rec.changed = true;
   std::unique_ptr<Comm> old_tp = std::move(groups_.tp);  // kept alive while old models may still reference it
-  build_comms();
-  rec.reconfigure = seconds_since(t0);
+  try {
+    build_comms();
+    rec.reconfigure = seconds_since(t0);
 
-  t0 = Clock::now();
-  if (cfg_.active_replicas() == 0) {
-    // Nobody trains: every state goes stale and is dropped.
-    sync_.reset(), opt_.reset(), model_.reset();
-    valid_.assign(topo_.replicas, 0);
-  } else {
-    const bool complete = current_state_survives(old_cfg, old_valid, alive);
-    if (complete)
-      heal(old_cfg, old_valid, rec);
-    else
-      restore(rec);
-    valid_.assign(topo_.replicas, 0);
-    for (int q = 0; q < topo_.replicas; ++q) valid_[q] = cfg_.replicas[q].active();
+    t0 = Clock::now();
+    if (cfg_.active_replicas() == 0) {
+      // Nobody trains: every state goes stale and is dropped.
+      sync_.reset(), opt_.reset(), model_.reset();
+      valid_.assign(topo_.replicas, 0);
+    } else {
+      const bool complete = current_state_survives(old_cfg, old_valid, alive);
+      if (complete)
+        heal(old_cfg, old_valid, rec);
+      else
+        restore(rec);
+      valid_.assign(topo_.replicas, 0);
+      for (int q = 0; q < topo_.replicas; ++q) valid_[q] = cfg_.replicas[q].active();
+    }
+  } catch (const PeerFailure&) {
+    // A peer failed in the middle (building the groups, or a heal's exchange). A heal replaces
+    // this rank's model only once every shard has arrived, so its state is still the old
+    // configuration's: back to it (and to the TP group its model talks over), and the repair that
+    // follows plans from there. The other new groups are rebuilt by the next reconfiguration.
+    cfg_ = old_cfg;
+    valid_ = old_valid;
+    groups_.tp = std::move(old_tp);
+    sync_.reset();  // re-made by the next reconfiguration, over its groups
+    throw;
   }
   const int q = cfg_.replica_of(me);
   if (q >= 0)

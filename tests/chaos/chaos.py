@@ -3,9 +3,9 @@
 
 Each seed draws a job (policy, spares, straggler policy, TP x DP or TP x PP x DP, gpt2 or llama)
 and a schedule of explicit events: kills at every phase (start, forward, backward, sync,
-optimizer, and `repair`: in the repair of another kill of its step), hangs, slow episodes, several
-in one step, each killed rank revived some steps later. The run goes under real kills (ULFM) with a
-deadline, and must:
+optimizer, `repair`: in the repair of another kill of its step, and `handover`: in the handover
+of a revival of its step), hangs, slow episodes, several in one step, each killed rank revived
+some steps later. The run goes under real kills (ULFM) with a deadline, and must:
 
 - exit 0 (or 3: failures left no replica able to train, the documented outcome);
 - leave no process of its own behind;
@@ -67,10 +67,20 @@ def draw_schedule(rng: random.Random, ranks: int, steps: int, max_deaths: int) -
                 events.append({"step": step, "slow": [r], "factor": 1.0})
                 busy.add(r)
             del slow_until[r]
-        if step >= steps - 4:
-            continue  # the last steps only revive and end episodes
         alive = [r for r in range(ranks) if r not in dead_until and r not in busy]
         room = lambda: len(dead_until) < ranks // 2 - 1 and deaths < max_deaths  # noqa: E731
+        # A death in the handover of this step's revival (after the new process joined, before its heal).
+        revived = any("revive" in e and e["step"] == step for e in events)
+        if revived and alive and step < steps - 3 and rng.random() < 0.3 and room():
+            victim = rng.choice(alive)
+            events.append({"step": step, "kill": [victim], "at": "handover"})
+            deaths += 1
+            dead_until[victim] = min(steps - 2, step + rng.randint(2, 6))
+            slow_until.pop(victim, None)
+            alive.remove(victim)
+            busy.add(victim)
+        if step >= steps - 4:
+            continue  # the last steps only revive and end episodes
         if rng.random() < 0.35 and alive and room():
             victim = rng.choice(alive)
             kind = "hang" if rng.random() < 0.2 else "kill"

@@ -138,6 +138,31 @@ def test_a_death_during_the_repair_is_recorded_with_the_first(tmp_path):
     replay(out)
 
 
+@pytest.mark.parametrize("victim,spares", [(1, 0), (0, 0), (1, 2)], ids=["survivor", "recorder", "spare-handover"])
+def test_a_death_during_a_revivals_handover_is_repaired_with_the_new_process(tmp_path, victim, spares):
+    """Rank 3 comes back at step 6 (a new process, or a spare); rank `victim` dies in that handover,
+    after the new process joined the group and before its heal (at: handover). The repair that
+    follows is the merged group's: the new process is a member and is healed in it, the victim's
+    death is the step's kill, and rank 3's revival is recorded (its handover's own heal never came).
+    Once this ended the job with an error on every rank."""
+    out = tmp_path / "handover.h5"
+    text = (f"events:\n  - {{step: 3, kill: [3], at: backward}}\n  - {{step: 6, revive: [3]}}\n"
+            f"  - {{step: 6, kill: [{victim}], at: handover}}\n  - {{step: 8, revive: [{victim}]}}\n")
+    extra = ["--spares-per-host", spares, "--spare-use", "revive"] if spares else []
+    ntpbench(4 + spares, *TINY, "--tp", 2, "--steps", 10, "--policy", "ntp", *extra,
+             "--schedule", schedule(tmp_path, text), "--out", out)
+    assert sorted(kill_details(out)) == sorted([(3, 3, "scheduled: SIGKILL at backward"),
+                                                (6, victim, "scheduled: SIGKILL at handover")])
+    # Replica 1 is short of rank 3 for steps 3-5; replica 0 of the victim for steps 6-7.
+    assert steps(out)["samples"].tolist() == [8, 8, 6, 6, 6, 6, 6, 8, 8, 8]
+    assert replicas(out).tolist()[5] == [1, 2]
+    revived = [(s, r) for s, k, r in events(out) if k == "revive"]
+    assert revived == [(6, 3), (8, victim)], revived
+    check_new_process(out, 3)
+    check_new_process(out, victim)
+    replay(out)
+
+
 def test_a_whole_replica_killed(tmp_path):
     out = tmp_path / "replica.h5"
     text = "events:\n  - {step: 2, kill: [2, 3], at: backward}\n  - {step: 5, revive: [2, 3]}\n"
