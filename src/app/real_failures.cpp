@@ -24,7 +24,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Peak, gflops, source)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StragglerDetector::RankState, straggler, streak)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinState, logical_rank, alive, rank_speed, valid, cursor, initial_cursor, steps,
                                    initial_steps, restore_path)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinMessage, options, step, elapsed, ranks, state, last_checkpoint, recorder, hosts,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinMessage, options, step, elapsed, ranks, state, recorder, hosts,
                                    peak, added_revivals, stragglers, evicted, probe_base)
 
 nlohmann::json to_json(const JoinMessage& m) { return m; }
@@ -69,7 +69,6 @@ JoinMessage TrainingRun::join_message(int s, const std::vector<int>& ranks) cons
   m.elapsed = now();
   m.ranks = ranks;
   m.state = trainer_->join_state(-1);
-  m.last_checkpoint = last_ckpt_;
   m.recorder = members_.recorder;
   m.hosts = members_.hosts;
   m.peak = peak_;
@@ -100,8 +99,8 @@ std::unique_ptr<Comm> TrainingRun::spawn_replacements(const JoinMessage& m) {
 // trainers' group, spares included, comes back in logical order.
 std::unique_ptr<Comm> TrainingRun::hand_to_spares(const JoinMessage& m, const std::vector<std::pair<int, int>>& assign) {
   const nlohmann::json plan = {{"kind", "take"}, {"assign", assign}, {"join", to_json(m)}};
-  spares_->exchange(plan.dump());
-  return spares_->regroup(assign);
+  spares_.pool->exchange(plan.dump());
+  return spares_.pool->regroup(assign);
 }
 
 // Signal mode, on the survivors: processes take the dead logical ranks `wanted` (spares where the
@@ -110,7 +109,7 @@ std::unique_ptr<Comm> TrainingRun::hand_to_spares(const JoinMessage& m, const st
 double TrainingRun::revive(int s, const std::vector<int>& wanted) {
   progress(s, "a revival: spawn or spares, merge, heal");
   const double t_event = now();
-  auto assign = spares_ ? spares_->choose(wanted, members_.hosts) : std::vector<std::pair<int, int>>{};
+  auto assign = spares_ ? spares_.pool->choose(wanted, members_.hosts) : std::vector<std::pair<int, int>>{};
   std::vector<int> ranks = wanted;
   if (assign.size() < wanted.size() && spares_) {
     if (std::set<std::string>(members_.hosts.begin(), members_.hosts.end()).size() == 1) {
@@ -125,41 +124,52 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
       if (ranks.empty()) return 0;
     }
   }
-  double spawn_seconds = 0;
   {
     PhaseScope phase(trainer_->clock(), Phase::Revival);
     const JoinMessage m = join_message(s, ranks);
     adopt(assign.empty() ? spawn_replacements(m) : hand_to_spares(m, assign));
-    align_clock(false);
-    record_processes(ranks);
-    spawn_seconds = now() - t_event;
-  }
-  if (root()) {
-    std::vector<SpareHandover> handover;
-    for (const auto& [key, rank] : assign)
-      handover.push_back({spares_->spare_number(key), spares_->host_of_spare(key), rank});
-    record_->record_revival(s, t_event, spawn_seconds, ranks, handover, o_.spare_use == SpareUse::Takeover);
   }
   StepEvents ev;
   ev.revive = ranks;
   ev.nodes_revived = schedule_.at(s).nodes_revived;
-  return spawn_seconds + heal_new_processes(s, ev);
+  return complete_handover(s, ev, false, t_event, [&](double spawn_seconds) {
+    if (!root()) return;
+    std::vector<SpareHandover> handover;
+    for (const auto& [key, rank] : assign)
+      handover.push_back({spares_.pool->spare_number(key), spares_.pool->host_of_spare(key), rank});
+    record_->record_revival(s, t_event, spawn_seconds, ranks, handover, o_.spare_use == SpareUse::Takeover);
+  });
 }
 
-// The end of a handover, on both sides: the reconfiguration that heals the new processes. A
-// failure in it (a survivor or a new process dies, or the schedule's kill `at: handover`) is
-// repaired as one in a step, by the merged group: the new processes are members from the merge on
-// and hold no state yet, and a heal cut short leaves every rank's state as it was before it
-// (Trainer::reconfigure), so the repair heals them as the handover would have.
-double TrainingRun::heal_new_processes(int s, const StepEvents& ev) {
-  const double t_start = now();
+// A handover's second half, on both sides, once the new processes are members of the group: the
+// clocks aligned, the processes and (survivors, through `record_revival`) the revival recorded,
+// and the reconfiguration that heals the new processes. A failure in it (a survivor or a new
+// process dies, or the schedule's kill `at: handover`) is repaired as one in a step, by the merged
+// group: the new processes hold no state yet, and a heal cut short leaves every rank's state as it
+// was before it (Trainer::reconfigure), so the repair heals them as the handover would have.
+// Returns the revival's seconds (survivors: from `t_event`, its start).
+double TrainingRun::complete_handover(int s, const StepEvents& ev, bool joining, double t_event,
+                                      const std::function<void(double)>& record_revival) {
+  bool recorded = false;
   try {
+    {
+      PhaseScope phase(trainer_->clock(), Phase::Revival);
+      align_clock(joining);
+      record_processes(ev.revive);
+    }
+    const double spawn_seconds = joining ? 0 : now() - t_event;
+    if (record_revival) record_revival(spawn_seconds);
+    recorded = true;
     if (liveness_->doomed_at(StepPoint::Handover)) die();
-    return reconfigure(s, ev);
+    return spawn_seconds + reconfigure(s, ev);
   } catch (const PeerFailure& e) {
-    recover(s, e, t_start);
-    if (root()) record_->record_revived_in_repair(s, ev, t_start);
-    return now() - t_start;
+    const double t_failure = now();
+    const double repair = recover(s, e, t_failure);
+    // What the failure came before (a process is recorded once).
+    record_processes(ev.revive);
+    if (record_revival && !recorded) record_revival(t_failure - t_event);
+    if (root()) record_->record_revived_in_repair(s, ev, t_failure);
+    return (joining ? 0 : t_failure - t_event) + repair;
   }
 }
 
@@ -171,7 +181,7 @@ double TrainingRun::take_over(int s, const std::vector<int>& lost) {
   // spare host serves the host once all its ranks are known dead (SparePool::choose).
   const std::vector<int> dead = members_.dead();
   std::vector<int> served, unserved;
-  for (const auto& [key, rank] : spares_->choose(dead, members_.hosts)) served.push_back(rank);
+  for (const auto& [key, rank] : spares_.pool->choose(dead, members_.hosts)) served.push_back(rank);
   for (int r : lost)
     if (!members_.alive[r] && std::find(served.begin(), served.end(), r) == served.end()) unserved.push_back(r);
   if (root() && !unserved.empty()) record_->record_no_spare(s, now(), unserved);
@@ -179,15 +189,15 @@ double TrainingRun::take_over(int s, const std::vector<int>& lost) {
 }
 
 void TrainingRun::use_spares(SparePool* pool, std::vector<std::string> processes) {
-  spares_ = pool;
-  spare_processes_ = std::move(processes);
+  spares_.pool = pool;
+  spares_.processes = std::move(processes);
 }
 
 // The end of the run for the spares still waiting: every trainer sends it, so none waits for ever.
 void TrainingRun::release_spares() {
   if (!spares_) return;
   try {
-    spares_->exchange(R"({"kind": "end"})");
+    spares_.pool->exchange(R"({"kind": "end"})");
   } catch (const PeerFailure&) {
     // A spare died: the others see the trainers leave, and end when none is left (run_spare).
   }
@@ -197,11 +207,9 @@ void TrainingRun::release_spares() {
 double TrainingRun::join(int s, const std::vector<int>& ranks) {
   progress(s, "joining the survivors");
   members_.gather_order();
-  align_clock(true);
-  record_processes(ranks);
   StepEvents ev;
   ev.revive = ranks;
-  return heal_new_processes(s, ev);
+  return complete_handover(s, ev, true, now(), nullptr);
 }
 
 // Every rank reads the run's clock as seconds since the survivors' start. A new process first set
@@ -247,14 +255,14 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
     try {
       const double t0 = now();
       trainer_->revoke_all();
-      if (spares_) spares_->revoke();  // the spares wait in the pool: they repair it with us
+      if (spares_) spares_.pool->revoke();  // the spares wait in the pool: they repair it with us
       if (!voted) members_.group().agree(false);
       voted = false;
       const std::vector<int> before = members_.in_group;
       adopt(members_.group().shrink());
       if (liveness_->doomed_at(StepPoint::Repair)) die();  // a schedule's failure during this repair (at: repair)
       if (spares_)
-        for (int key : spares_->repair()) spares_lost.push_back(key);
+        for (int key : spares_.pool->repair()) spares_lost.push_back(key);
       for (const auto& added : repair_unscheduled(s, before)) repairs.push_back(added);
       if (!members_.alive[members_.recorder]) members_.recorder = members_.in_group.front();
       const RepairClock clock = reduce_repair_clock(members_.group(), t_notice, now() - t0);
@@ -272,12 +280,11 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       stragglers_.resync(members_.evicted, trainer_->rank_speeds());
       const Recovery rc = trainer_->reconfigure(members_.training());
       release_free_memory();
-      restored_ = restored_ || rc.restored;
       const RecoveryFigures f = figures(rc, steps_before);
       stop_if_no_way_forward(s);
       if (root()) {
         record_->record_repair(s, schedule_, repairs, lost, {t_attempt, clock.first_notice, clock.last_notice, clock.repair}, f, hung);
-        if (spares_) record_->record_spares_lost(s, clock.first_notice, *spares_, spares_lost, spares_hung);
+        if (spares_) record_->record_spares_lost(s, clock.first_notice, *spares_.pool, spares_lost, spares_hung);
       }
       recorded.insert(recorded.end(), lost.begin(), lost.end());
       spares_lost.clear();
@@ -299,7 +306,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
 // every replica idle to the end: that too is no way forward.
 void TrainingRun::stop_if_no_way_forward(int s) {
   if (trainer_->configuration().active_replicas() > 0) return;
-  if (spares_ && o_.spare_use == SpareUse::Takeover && !spares_->choose(members_.dead(), members_.hosts).empty()) return;
+  if (spares_ && o_.spare_use == SpareUse::Takeover && !spares_.pool->choose(members_.dead(), members_.hosts).empty()) return;
   std::vector<char> hope = members_.alive;
   for (int r : schedule_.revived_after(s)) hope[r] = 1;
   if (plan_for(o_, trainer_->topology(), hope).active_replicas() > 0) return;

@@ -257,18 +257,7 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
                                  f.reconfigure * 1e3);
   const double t_heal = t_event + f.detect + f.reconfigure;
   if (rc.restored) {
-    rec_->event(make_event(t_heal, s, "restore", -1, -1, f.bytes, f.heal,
-                           fmt::format("from {} (optimizer step {})", rc.restored_from, rc.restored_step)));
-    const auto [lost_rows, lost_seconds] = rec_->roll_back_after(rc.restored_step);
-    rec_->event(make_event(t_event, s, "rollback", -1, -1, 0, 0,
-                           fmt::format("{} steps rolled back (optimizer step {} -> {})", lost_rows, f.steps_before,
-                                       rc.restored_step)));
-    rec_->event(make_event(t_event, s, "recompute", -1, -1, 0, lost_seconds, fmt::format("{} steps to redo", lost_rows)));
-    // Why the state was reloaded: the policy's rule, or shards that no live rank held.
-    what += fmt::format("{}: restored {} (optimizer step {}), {} steps rolled back ({:.2f} s to recompute) | {}",
-                        o_.policy == Policy::Restart ? "--policy restart reloads the last checkpoint"
-                                               : "no live replica holds every shard",
-                        rc.restored_from, rc.restored_step, lost_rows, lost_seconds, change);
+    what += fmt::format("{} | {}", record_restore(s, f, t_event), change);
   } else if (trainer_.configuration().active_replicas() == 0) {
     what += fmt::format("every replica is down: idle until a revival | {}", change);
   } else {
@@ -298,6 +287,22 @@ void RunRecord::record_revived_in_repair(int s, const StepEvents& ev, double t) 
   node_events(s, ev.nodes_revived, "node_up", t);
   fmt::print("step {:5d}: revive {} | healed by the repair of the failure during its handover\n", s, ev.revive);
   std::fflush(stdout);
+}
+
+std::string RunRecord::record_restore(int s, const RecoveryFigures& f, double t_event) {
+  const Recovery& rc = f.rc;
+  rec_->event(make_event(t_event + f.detect + f.reconfigure, s, "restore", -1, -1, f.bytes, f.heal,
+                         fmt::format("from {} (optimizer step {})", rc.restored_from, rc.restored_step)));
+  const auto [lost_rows, lost_seconds] = rec_->roll_back_after(rc.restored_step);
+  rec_->event(make_event(t_event, s, "rollback", -1, -1, 0, 0,
+                         fmt::format("{} steps rolled back (optimizer step {} -> {})", lost_rows, f.steps_before,
+                                     rc.restored_step)));
+  rec_->event(make_event(t_event, s, "recompute", -1, -1, 0, lost_seconds, fmt::format("{} steps to redo", lost_rows)));
+  // Why the state was reloaded: the policy's rule, or shards that no live rank held.
+  return fmt::format("{}: restored {} (optimizer step {}), {} steps rolled back ({:.2f} s to recompute)",
+                     o_.policy == Policy::Restart ? "--policy restart reloads the last checkpoint"
+                                                  : "no live replica holds every shard",
+                     rc.restored_from, rc.restored_step, lost_rows, lost_seconds);
 }
 
 void RunRecord::record_slowdown(int s, const Slowdown& d, double t) {
@@ -340,11 +345,16 @@ void RunRecord::record_straggler_action(int s, const StragglerAction& a, const R
     what = fmt::format("TP {} -> {}; now {}", f->rc.before, f->rc.after, now);
   }
   rec_->event(make_event(t, s, a.kind, a.rank, replica, bytes, seconds, what));
+  // A replica that comes back when no live one held the state (every replica was down) reloads the
+  // last checkpoint: the steps since are rolled back, as after a failure.
+  const std::string done = !f                ? ""
+                           : f->rc.restored ? " | " + record_restore(s, *f, t)
+                                            : fmt::format(" | reconfigured and healed {:.2f} MB in {:.2f} ms", bytes / 1e6,
+                                                          seconds * 1e3);
   if (a.kind == "evict_refused")
     fmt::print("step {:5d}: straggler rank {} stays: {} (tolerated)\n", s, a.rank, a.why);
   else
-    fmt::print("step {:5d}: straggler rank {}: {} | {}{}\n", s, a.rank, a.kind, what,
-               f ? fmt::format(" | reconfigured and healed {:.2f} MB in {:.2f} ms", bytes / 1e6, seconds * 1e3) : "");
+    fmt::print("step {:5d}: straggler rank {}: {} | {}{}\n", s, a.rank, a.kind, what, done);
   std::fflush(stdout);
 }
 

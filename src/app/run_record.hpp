@@ -148,6 +148,10 @@ class RunRecord {
 
  private:
   void write_summary(double wall);
+  // A reconfiguration that reloaded the last checkpoint (--policy restart, or no live replica held
+  // every shard): its restore, rollback and recompute events (the rows after it rolled back).
+  // Returns the console's words for it.
+  std::string record_restore(int s, const RecoveryFigures& f, double t_event);
   // The revive events of `ev`'s ranks, and one node event per host of `hosts` (kind node_down or
   // node_up) naming its ranks.
   void revive_events(int s, const std::vector<int>& ranks, double t);

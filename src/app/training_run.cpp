@@ -102,7 +102,7 @@ void TrainingRun::open_results() {
     record_ = std::make_unique<RunRecord>(o_, *trainer_, peak_, members_.hosts, members_.size());
     record_->open(threads_);
   }
-  if (root() && spares_) record_->record_spares(spare_processes_);
+  if (root() && spares_) record_->record_spares(spares_.processes);
   if (root() && o_.pacing.enabled)
     record_->record_paced_machine(paced_machine_record(o_, calibration_ ? &*calibration_ : nullptr));  // spares are numbered in job order
   note_shared_cores();
@@ -137,8 +137,8 @@ void TrainingRun::print_banner() const {
                                                                 replica_batch(o_), o_.micro_batches, o_.micro_batch);
   const std::string pp = o_.pp > 1 ? fmt::format(" x PP {} (1F1B)", o_.pp) : "";
   const std::string spares =
-      spare_processes_.empty() ? ""
-                               : fmt::format(" + {} spare process(es) (--spare-use {})", spare_processes_.size(), o_.spare_use);
+      spares_.processes.empty() ? ""
+                               : fmt::format(" + {} spare process(es) (--spare-use {})", spares_.processes.size(), o_.spare_use);
   fmt::print("ntpbench: {} ranks = {} replicas{} x TP {}{} | model {} ({}, {:.2f}M params) | "
              "{}, T={} | {} thread(s)/rank | timing {}{}\n",
              members_.group().size(), trainer_->topology().replicas, pp, o_.tp, spares, o_.preset, shape, parameter_count(m) / 1e6,
@@ -330,7 +330,6 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
         if (root()) record_->write_missing_row(finished_, members_.group().size());
         return;
       }
-      restored_ = false;
       recovery_seconds += recover(s, e, t_start);
     }
   }
@@ -357,7 +356,6 @@ StepResult TrainingRun::attempt(int s, double t_start, double recovery_seconds, 
   const StepResult r = trainer_->step();  // with no active replica: advances nothing
   progress(s, "the barrier and the report after the update");
   // The step has committed (or the idle slot passed): a failure from here on does not undo it.
-  last_ = r;
   finished_ = {s, r, t_start, now(), recovery_seconds, idle_seconds};
   if (root()) record_->clear_rank_rows();  // the row's per-rank parts, filled by the metrics gather (report)
   {
@@ -421,7 +419,6 @@ void TrainingRun::maybe_checkpoint(int s, bool trained) {
   progress(s, "a checkpoint");
   const double tc = now();
   if (trainer_->save_checkpoint(path)) {
-    last_ckpt_ = path;
     release_free_memory();
     if (root()) record_->record_checkpoint(s, tc, now() - tc, path);
   }
@@ -459,11 +456,11 @@ int TrainingRun::train_steps(int first, double recovery_before_first) {
 void TrainingRun::write_final_checkpoint() {
   for (;;) {
     const std::string final_path = checkpoint_path(o_, trainer_->steps_taken());
-    if (!o_.final_checkpoint || last_ckpt_ == final_path) return;
+    if (!o_.final_checkpoint || trainer_->last_checkpoint() == final_path) return;
     progress(o_.steps, "the final checkpoint");
     const double t_start = now();
     try {
-      if (trainer_->save_checkpoint(final_path)) last_ckpt_ = final_path;
+      trainer_->save_checkpoint(final_path);
       members_.group().barrier();
       if (trainer_->configuration().active_replicas() == 0 && root())
         record_->note_no_final_checkpoint();
@@ -477,12 +474,12 @@ void TrainingRun::write_final_checkpoint() {
 
 int TrainingRun::finish() {
   // Every rank knows whether the last step was non-finite (the trainer reduced the flag).
-  const int code = last_.nonfinite ? 4 : 0;
+  const int code = finished_.r.nonfinite ? 4 : 0;
   progress(o_.steps, "the end of the run");
   const GroupBarrierOnExit last{members_.group()};
   if (!root()) return code;
-  record_->finish(now(), last_ckpt_, skipped_steps_, code);
-  if (spares_) record_->spares_left(static_cast<int>(spares_->live_spares().size()));
+  record_->finish(now(), trainer_->last_checkpoint(), skipped_steps_, code);
+  if (spares_) record_->spares_left(static_cast<int>(spares_.pool->live_spares().size()));
   return code;
 }
 

@@ -5,6 +5,7 @@
 // replacements, the recorder moving); what the recorder's rank writes and prints is RunRecord's
 // (run_record.hpp), which this hands the gathered figures.
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,7 +40,6 @@ struct JoinMessage {
   double elapsed = 0;              // the survivors' clock
   std::vector<int> ranks;          // logical ranks taken by the new processes, in spawn order
   JoinState state;                 // logical_rank filled by each joiner
-  std::string last_checkpoint;
   int recorder = 0;                // logical rank holding the results file
   std::vector<std::string> hosts;  // each logical rank's host at job start
   Peak peak;                       // the run's MFU denominator, fixed at its start
@@ -74,8 +74,7 @@ class TrainingRun {
   // A replacement process: the survivors' state from `m`, over `group` (which includes it).
   TrainingRun(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, Schedule schedule)
       : o_(m.options), members_(std::move(group), logical_rank, m.hosts, m.state.alive, m.recorder),
-        schedule_(std::move(schedule)), threads_(configure_threads(o_.threads, members_.group())), peak_(m.peak),
-        last_ckpt_(m.last_checkpoint) {
+        schedule_(std::move(schedule)), threads_(configure_threads(o_.threads, members_.group())), peak_(m.peak) {
     // The join state's membership is the trainers' (evicted ranks out); an evicted rank is alive.
     for (int r : m.evicted) members_.evicted[r] = 1, members_.alive[r] = 1;
     stragglers_.restore(m.probe_base, m.stragglers);
@@ -145,7 +144,8 @@ class TrainingRun {
   [[noreturn]] void die() { liveness_->die(members_.size()); }
   std::vector<std::pair<int, int>> repair_unscheduled(int s, const std::vector<int>& before);
   double revive(int s, const std::vector<int>& ranks);
-  double heal_new_processes(int s, const StepEvents& ev);
+  double complete_handover(int s, const StepEvents& ev, bool joining, double t_event,
+                           const std::function<void(double)>& record_revival);
   JoinMessage join_message(int s, const std::vector<int>& ranks) const;
   std::unique_ptr<Comm> spawn_replacements(const JoinMessage& m);
   std::unique_ptr<Comm> hand_to_spares(const JoinMessage& m, const std::vector<std::pair<int, int>>& assign);
@@ -172,17 +172,19 @@ class TrainingRun {
   std::unique_ptr<RunRecord> record_;
   std::optional<Liveness> liveness_;  // the watchdog, the heartbeat and the schedule's end of this rank
   StragglerWatch stragglers_{o_};  // verdicts and the evict probe (straggler_watch.hpp)
-  StepResult last_;             // this rank's latest step result
   // This rank's last finished attempt: the row a failure kept out of the results file (a failed
   // metrics gather, a recorder that died) is written from it by whoever then holds the file.
   Attempt finished_;
-  bool restored_ = false;  // the last repair fell back to a checkpoint
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
-  std::string last_ckpt_;
   int skipped_steps_ = 0;        // --on-nonfinite skip
   int step_ = 0;                 // the step being attempted (the step hook's progress names it)
-  SparePool* spares_ = nullptr;  // with spares: the pool of trainers and spares (spares.hpp)
-  std::vector<std::string> spare_processes_;  // recorder, at job start: "pid host" of each spare
+  // With spares (spares.hpp): the pool of trainers and spares, and on the recorder at job start
+  // "pid host" of each spare.
+  struct Spares {
+    SparePool* pool = nullptr;
+    std::vector<std::string> processes;
+    explicit operator bool() const { return pool != nullptr; }
+  } spares_;
 };
 // A string from the group's rank 0 to every member.
 std::string broadcast_string(Comm& c, std::string s);

@@ -38,9 +38,32 @@ MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
 template <>
 MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 
+// Whether `comm` has lost a process or been revoked, as far as this process knows (ULFM; asks
+// without acknowledging anything).
+bool peer_failed(MPI_Comm comm) {
+#ifdef NTPBENCH_HAVE_ULFM
+  if (comm == MPI_COMM_NULL) return false;
+  int revoked = 0;
+  MPIX_Comm_is_revoked(comm, &revoked);
+  MPI_Group failed = MPI_GROUP_NULL;
+  int n = 0;
+  if (MPIX_Comm_get_failed(comm, &failed) == MPI_SUCCESS && failed != MPI_GROUP_NULL) {
+    MPI_Group_size(failed, &n);
+    MPI_Group_free(&failed);
+  }
+  return revoked != 0 || n > 0;
+#else
+  (void)comm;
+  return false;
+#endif
+}
+
 // Error translation: a dead peer or a revoked group is a PeerFailure (the survivors repair and
-// go on); anything else is a plain error.
-void check(int rc, const char* what) {
+// go on); anything else is a plain error. Open MPI 5.0's non-blocking collectives (libnbc) can
+// report a peer's death as MPI_ERR_OTHER ("Error in NBC_Start_round() (-1)", seen when a round
+// starts towards a process already known dead): an error on `comm` while it has a failed process
+// is that death too.
+void check(int rc, const char* what, MPI_Comm comm = MPI_COMM_NULL) {
   if (rc == MPI_SUCCESS) return;
   int cls = rc;
   MPI_Error_class(rc, &cls);
@@ -51,6 +74,8 @@ void check(int rc, const char* what) {
   char msg[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
   MPI_Error_string(rc, msg, &len);
+  if (peer_failed(comm))
+    throw PeerFailure(std::string(what) + ": a peer process died (reported as " + std::string(msg, len) + ")");
   throw std::runtime_error(std::string("MPI error in ") + what + ": " + std::string(msg, len));
 }
 
@@ -112,38 +137,40 @@ MPI_Comm returning_errors(MPI_Comm c) {
 }
 
 // Completes a request, yielding the core between polls (spins briefly first for short waits).
-void wait_politely(MPI_Request& req) {
+// `comm`: the request's communicator (check()).
+void wait_politely(MPI_Request& req, MPI_Comm comm) {
   int done = 0;
-  for (int spin = 0; spin < 200 && !done; ++spin) check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  for (int spin = 0; spin < 200 && !done; ++spin) check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test", comm);
   while (!done) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
-    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test", comm);
   }
 }
 
 class MpiRequest final : public CommRequest {
  public:
-  explicit MpiRequest(MPI_Request r) : req_(r) {}
+  MpiRequest(MPI_Request r, MPI_Comm comm) : req_(r), comm_(comm) {}
   ~MpiRequest() override {
     // Waits for an unfinished operation (its buffers are about to go); on a failed or revoked
     // group it completes with an error, which is already being handled by whoever unwinds.
     try {
-      if (req_ != MPI_REQUEST_NULL) wait_politely(req_);
+      if (req_ != MPI_REQUEST_NULL) wait_politely(req_, MPI_COMM_NULL);  // its group may be freed by now
     } catch (const std::exception&) {
     }
   }
   bool test() override {
     if (req_ == MPI_REQUEST_NULL) return true;
     int done = 0;
-    check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    check(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "MPI_Test", comm_);
     return done != 0;
   }
   void wait() override {
-    if (req_ != MPI_REQUEST_NULL) wait_politely(req_);
+    if (req_ != MPI_REQUEST_NULL) wait_politely(req_, comm_);
   }
 
  private:
   MPI_Request req_;
+  MPI_Comm comm_;
 };
 
 class MpiComm final : public Comm {
@@ -167,13 +194,13 @@ class MpiComm final : public Comm {
     auto* p = static_cast<char*>(buf);
     for (std::size_t off = 0; off < bytes; off += kMaxChunk) {
       const int n = static_cast<int>(std::min(kMaxChunk, bytes - off));
-      check(MPI_Bcast(p + off, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+      check(MPI_Bcast(p + off, n, MPI_BYTE, root, comm_), "MPI_Bcast", comm_);
     }
   }
 
   std::vector<int> allgather(int value) override {
     std::vector<int> all(size_);
-    check(MPI_Allgather(&value, 1, MPI_INT, all.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+    check(MPI_Allgather(&value, 1, MPI_INT, all.data(), 1, MPI_INT, comm_), "MPI_Allgather", comm_);
     return all;
   }
 
@@ -182,8 +209,8 @@ class MpiComm final : public Comm {
     // (test and sleep) instead of spinning on a core the trainers need.
     MPI_Request req;
     check(MPI_Igather(send, static_cast<int>(n), MPI_DOUBLE, recv, static_cast<int>(n), MPI_DOUBLE, root, comm_, &req),
-          "MPI_Igather");
-    wait_politely(req);
+          "MPI_Igather", comm_);
+    wait_politely(req, comm_);
   }
 
   std::vector<std::string> gather(const std::string& s, int root) override {
@@ -191,7 +218,7 @@ class MpiComm final : public Comm {
     char mine[kLen] = {};
     s.copy(mine, kLen - 1);
     std::vector<char> all(rank_ == root ? std::size_t(size_) * kLen : 0);
-    check(MPI_Gather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, root, comm_), "MPI_Gather");
+    check(MPI_Gather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, root, comm_), "MPI_Gather", comm_);
     std::vector<std::string> out;
     for (int r = 0; rank_ == root && r < size_; ++r) out.emplace_back(all.data() + std::size_t(r) * kLen);
     return out;
@@ -201,7 +228,7 @@ class MpiComm final : public Comm {
                  float* recv, const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) override {
     check(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), MPI_FLOAT, recv, recv_counts.data(),
                         recv_displs.data(), MPI_FLOAT, comm_),
-          "MPI_Alltoallv");
+          "MPI_Alltoallv", comm_);
   }
 
   std::unique_ptr<CommRequest> ialltoallv(const float* send, const std::vector<int>& send_counts,
@@ -211,8 +238,8 @@ class MpiComm final : public Comm {
     MPI_Request req;
     check(MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), MPI_FLOAT, recv, recv_counts.data(),
                          recv_displs.data(), MPI_FLOAT, comm_, &req),
-          "MPI_Ialltoallv");
-    return std::make_unique<MpiRequest>(req);
+          "MPI_Ialltoallv", comm_);
+    return std::make_unique<MpiRequest>(req, comm_);
   }
 
   void sendrecv(const float* send, std::size_t n_send, int dest, float* recv, std::size_t n_recv,
@@ -220,10 +247,10 @@ class MpiComm final : public Comm {
     if (n_send > INT_MAX || n_recv > INT_MAX) throw std::invalid_argument("sendrecv: a message over 2^31 floats");
     constexpr int kTag = 7;  // pipeline activations and their gradients (one direction each per pair)
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    if (src >= 0) check(MPI_Irecv(recv, int(n_recv), MPI_FLOAT, src, kTag, comm_, &req[0]), "MPI_Irecv");
-    if (dest >= 0) check(MPI_Isend(send, int(n_send), MPI_FLOAT, dest, kTag, comm_, &req[1]), "MPI_Isend");
-    wait_politely(req[0]);
-    wait_politely(req[1]);
+    if (src >= 0) check(MPI_Irecv(recv, int(n_recv), MPI_FLOAT, src, kTag, comm_, &req[0]), "MPI_Irecv", comm_);
+    if (dest >= 0) check(MPI_Isend(send, int(n_send), MPI_FLOAT, dest, kTag, comm_, &req[1]), "MPI_Isend", comm_);
+    wait_politely(req[0], comm_);
+    wait_politely(req[1], comm_);
   }
 
   std::string post(const std::string& message, int root) override {
@@ -231,11 +258,11 @@ class MpiComm final : public Comm {
     MPI_Request req = MPI_REQUEST_NULL;
     if (rank_ != root) {
       long long n = 0;
-      check(MPI_Irecv(&n, 1, MPI_LONG_LONG, root, kTag, comm_, &req), "MPI_Irecv");
-      wait_politely(req);
+      check(MPI_Irecv(&n, 1, MPI_LONG_LONG, root, kTag, comm_, &req), "MPI_Irecv", comm_);
+      wait_politely(req, comm_);
       std::string s(static_cast<std::size_t>(n), '\0');
-      check(MPI_Irecv(s.data(), static_cast<int>(n), MPI_CHAR, root, kTag, comm_, &req), "MPI_Irecv");
-      wait_politely(req);
+      check(MPI_Irecv(s.data(), static_cast<int>(n), MPI_CHAR, root, kTag, comm_, &req), "MPI_Irecv", comm_);
+      wait_politely(req, comm_);
       return s;
     }
     // Every live member gets it even when one has died: the failure is raised after the last send.
@@ -244,10 +271,10 @@ class MpiComm final : public Comm {
     for (int r = 0; r < size_; ++r) {
       if (r == root) continue;
       try {
-        check(MPI_Isend(&n, 1, MPI_LONG_LONG, r, kTag, comm_, &req), "MPI_Isend");
-        wait_politely(req);
-        check(MPI_Isend(message.data(), static_cast<int>(n), MPI_CHAR, r, kTag, comm_, &req), "MPI_Isend");
-        wait_politely(req);
+        check(MPI_Isend(&n, 1, MPI_LONG_LONG, r, kTag, comm_, &req), "MPI_Isend", comm_);
+        wait_politely(req, comm_);
+        check(MPI_Isend(message.data(), static_cast<int>(n), MPI_CHAR, r, kTag, comm_, &req), "MPI_Isend", comm_);
+        wait_politely(req, comm_);
       } catch (const PeerFailure& e) {
         if (!failed) failed = e;
       }
@@ -258,19 +285,19 @@ class MpiComm final : public Comm {
 
   void barrier() override {
     MPI_Request req;
-    check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
-    wait_politely(req);
+    check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", comm_);
+    wait_politely(req, comm_);
   }
 
   std::unique_ptr<Comm> split_node() override {
     MPI_Comm node;
-    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type", comm_);
     return std::make_unique<MpiComm>(node, true);
   }
 
   std::unique_ptr<Comm> split(int color, int key) override {
     MPI_Comm sub;
-    check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
+    check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split", comm_);
     if (sub == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiComm>(sub, true);
   }
@@ -310,7 +337,7 @@ class MpiComm final : public Comm {
 
   std::unique_ptr<Comm> shrink() override {
     MPI_Comm live;
-    check(MPIX_Comm_shrink(comm_, &live), "MPIX_Comm_shrink");
+    check(MPIX_Comm_shrink(comm_, &live), "MPIX_Comm_shrink", comm_);
     repaired() = true;
     return std::make_unique<MpiComm>(live, true);
   }
@@ -349,7 +376,7 @@ class MpiComm final : public Comm {
     if (size_ == 1) return;
     for (std::size_t off = 0; off < n; off += kMaxChunk) {
       const int count = static_cast<int>(std::min(kMaxChunk, n - off));
-      check(MPI_Allreduce(MPI_IN_PLACE, buf + off, count, mpi_type<T>(), op, comm_), "MPI_Allreduce");
+      check(MPI_Allreduce(MPI_IN_PLACE, buf + off, count, mpi_type<T>(), op, comm_), "MPI_Allreduce", comm_);
     }
   }
 

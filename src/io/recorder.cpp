@@ -256,6 +256,13 @@ void Recorder::append(const StepRow& row, const ReplicaRow& rep,
 }
 
 void Recorder::incarnation_start(int rank, long long pid, const std::string& host, double t) {
+  // A process already holding the rank is recorded once (a handover cut short records its new
+  // processes again after the repair, where the failure may have come first).
+  for (std::size_t i = incarnation_rows_.size(); i-- > 0;)
+    if (incarnation_rows_[i].rank == rank) {
+      if (incarnation_rows_[i].pid == pid && std::isnan(incarnation_rows_[i].t_end)) return;
+      break;
+    }
   IncarnationRow row{};
   row.rank = rank, row.pid = pid, row.t_start = t, row.t_end = std::nan("");
   host.copy(row.host, sizeof row.host - 1);

@@ -27,54 +27,54 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
     const auto chunks = chunk_map(units[k], n, n2_).owners();
     to.emplace_back(owners, chunks, tp_index, n);
     from.emplace_back(chunks, owners, tp_index, n);
-    chunk_units_.push_back(to.back().dst_count());
+    chunks_.units.push_back(to.back().dst_count());
   }
   // Replicated gradients: copy j goes from core rank 0's chunk buffer to rank j.
   std::vector<int> src(n, 0), dst(n), rows(n, tp_index == 0 ? 0 : -1);
   for (int j = 0; j < n; ++j) dst[j] = j;
   from.emplace_back(src, dst, tp_index, n, &rows);
-  to_chunks_ = std::make_unique<ReshardPlan>(ReshardPlan::combine(to));
-  from_chunks_ = std::make_unique<ReshardPlan>(ReshardPlan::combine(from));
+  chunks_.to = std::make_unique<ReshardPlan>(ReshardPlan::combine(to));
+  chunks_.from = std::make_unique<ReshardPlan>(ReshardPlan::combine(from));
 
   // Aligned: this replica's placement is the chunk placement (decided from the whole replica's
   // maps, so every rank of it agrees).
-  aligned_ = n == n2_;
+  chunks_.aligned = n == n2_;
   for (int k = 0; k < 3; ++k)
-    aligned_ = aligned_ && layout.tp().map(kDims[k]).owners() == chunk_map(units[k], n, n2_).owners();
+    chunks_.aligned = chunks_.aligned && layout.tp().map(kDims[k]).owners() == chunk_map(units[k], n, n2_).owners();
 
   // The chunk buffer in arena order: the bucket of a layer is one range of it.
-  chunk_offset_.assign(layout.tensor_count(), 0);
+  chunks_.offset.assign(layout.tensor_count(), 0);
   std::size_t off = 0;
   for (int t = 0; t < layout.tensor_count(); ++t) {
     const auto& s = layout.specs()[t];
-    chunk_offset_[t] = off;
+    chunks_.offset[t] = off;
     if (!layout.holds(t)) continue;  // another pipeline stage's
     off += ParamLayout::padded(s.dim == ShardDim::Replicated
                                    ? std::size_t(s.unit_elems)
-                                   : std::size_t(chunk_units_[dim_index(s.dim)]) * s.unit_elems);
+                                   : std::size_t(chunks_.units[dim_index(s.dim)]) * s.unit_elems);
   }
-  if (aligned_ && off != layout.total())
+  if (chunks_.aligned && off != layout.total())
     throw std::logic_error("GradSync: an aligned replica's arena is not its chunk buffer");
   // Buckets in backward order: layer L-1 first, layer 0, then the rest (embeddings, final LN).
   const int L = m.layers;
-  buckets_.resize(L + 1);
+  chunks_.buckets.resize(L + 1);
   for (int t = 0; t < layout.tensor_count(); ++t) {
     if (!layout.holds(t)) continue;
     const int layer = layout.specs()[t].layer;
-    auto& bk = buckets_[layer >= 0 ? L - 1 - layer : L];
-    const std::size_t len = (t + 1 < layout.tensor_count() ? chunk_offset_[t + 1] : off) - chunk_offset_[t];
+    auto& bk = chunks_.buckets[layer >= 0 ? L - 1 - layer : L];
+    const std::size_t len = (t + 1 < layout.tensor_count() ? chunks_.offset[t + 1] : off) - chunks_.offset[t];
     if (!bk.tensors.empty() && bk.tensors.back() == t - 1)
       bk.ranges.back().second += len;
     else
-      bk.ranges.emplace_back(chunk_offset_[t], len);
+      bk.ranges.emplace_back(chunks_.offset[t], len);
     bk.tensors.push_back(t);
   }
-  if (tp_index_ < n2_ && !aligned_) {
-    chunk_ = Arena(be, off);
-    chunk_.zero();  // the padding between tensors rides along in the all-reduces
+  if (tp_index_ < n2_ && !chunks_.aligned) {
+    chunks_.buffer = Arena(be, off);
+    chunks_.buffer.zero();  // the padding between tensors rides along in the all-reduces
   }
-  regroup_.resize(buckets_.size());
-  reverse_.resize(buckets_.size());
+  chunks_.regroup.resize(chunks_.buckets.size());
+  chunks_.reverse.resize(chunks_.buckets.size());
 }
 
 GradSync::~GradSync() = default;
@@ -82,17 +82,17 @@ GradSync::~GradSync() = default;
 std::vector<ReshardTensor> GradSync::tensors(int b, bool to_chunks) {
   const bool core = tp_index_ < n2_;
   std::vector<ReshardTensor> v;
-  for (int t : buckets_[b].tensors) {
+  for (int t : chunks_.buckets[b].tensors) {
     const auto& s = layout_.specs()[t];
     float* arena = grads_ + layout_.slot(t).offset;
     if (s.dim == ShardDim::Replicated) {
       // Back from chunks only: core rank 0's summed copy to every rank (kept in place there when
       // its chunk buffer is the arena).
-      if (!to_chunks) v.push_back({tp_index_ == 0 ? chunk() + chunk_offset_[t] : nullptr, arena, s.unit_elems, 3});
+      if (!to_chunks) v.push_back({tp_index_ == 0 ? chunk() + chunks_.offset[t] : nullptr, arena, s.unit_elems, 3});
       continue;
     }
-    if (aligned_) continue;  // already in place
-    float* c = core ? chunk() + chunk_offset_[t] : nullptr;
+    if (chunks_.aligned) continue;  // already in place
+    float* c = core ? chunk() + chunks_.offset[t] : nullptr;
     v.push_back(to_chunks ? ReshardTensor{arena, c, s.unit_elems, dim_index(s.dim)}
                           : ReshardTensor{c, arena, s.unit_elems, dim_index(s.dim)});
   }
@@ -101,16 +101,16 @@ std::vector<ReshardTensor> GradSync::tensors(int b, bool to_chunks) {
 
 // Replicated gradients ride along in every slot's all-reduce.
 void GradSync::pack_replicated(int b) {
-  if (aligned_) return;  // they are in the arena already
-  for (int t : buckets_[b].tensors)
+  if (chunks_.aligned) return;  // they are in the arena already
+  for (int t : chunks_.buckets[b].tensors)
     if (layout_.specs()[t].dim == ShardDim::Replicated)
-      be_.copy(chunk() + chunk_offset_[t], grads_ + layout_.slot(t).offset, layout_.slot(t).elems);
+      be_.copy(chunk() + chunks_.offset[t], grads_ + layout_.slot(t).offset, layout_.slot(t).elems);
 }
 
 void GradSync::begin(float* grads) {
   grads_ = grads;
-  bytes_ = 0, allreduce_bytes_ = 0, regroup_bytes_ = 0;
-  for (auto& f : regroup_) f.link = {};
+  sent_.total = 0, sent_.allreduce = 0, sent_.regroup = 0;
+  for (auto& f : chunks_.regroup) f.link = {};
 }
 
 // An exchange posted now: on the emulated TP link from now (behind what is on it) while the
@@ -122,26 +122,26 @@ GradSync::InFlight GradSync::post(const ReshardPlan& plan, int b, bool to_chunks
 }
 
 void GradSync::post_regroup(int b) {
-  if (aligned_) return;  // every chunk is where it belongs
-  regroup_[b] = post(*to_chunks_, b, true);
-  regroup_bytes_ += regroup_[b].exchange->bytes_sent();
+  if (chunks_.aligned) return;  // every chunk is where it belongs
+  chunks_.regroup[b] = post(*chunks_.to, b, true);
+  sent_.regroup += chunks_.regroup[b].exchange->bytes_sent();
 }
 
 PaceClock::time_point GradSync::regroup_end() const {
   PaceClock::time_point end{};
-  for (const auto& f : regroup_) end = std::max(end, f.link.end);
+  for (const auto& f : chunks_.regroup) end = std::max(end, f.link.end);
   return end;
 }
 
 void GradSync::layer_gradients_ready(int layer) {
   if (uniform_ || grads_ == nullptr) return;
-  const int b = static_cast<int>(buckets_.size()) - 2 - layer;
-  if (!buckets_[b].tensors.empty()) post_regroup(b);
+  const int b = static_cast<int>(chunks_.buckets.size()) - 2 - layer;
+  if (!chunks_.buckets[b].tensors.empty()) post_regroup(b);
   progress();
 }
 
 void GradSync::progress() {
-  for (auto* list : {&regroup_, &reverse_})
+  for (auto* list : {&chunks_.regroup, &chunks_.reverse})
     for (auto& f : *list)
       if (f.exchange) f.exchange->test();
 }
@@ -153,7 +153,7 @@ void GradSync::complete(InFlight& f) {
   f.exchange->finish();
   const double sent = f.exchange->bytes_sent();
   f.exchange.reset();
-  bytes_ += sent;
+  sent_.total += sent;
   pacer_.wait(f.link, began);
 }
 
@@ -165,7 +165,7 @@ void GradSync::finish() {
     slot_->allreduce_sum(buf, n);
     const int R = slot_->size();
     const double bytes = R > 1 ? 2.0 * (R - 1) / R * n * sizeof(float) : 0.0;
-    bytes_ += bytes, allreduce_bytes_ += bytes;
+    sent_.total += bytes, sent_.allreduce += bytes;
     pacer_.pace_transfer(seconds_since(t0), bytes, 2 * (R - 1), Link::Dp, Traffic::Parameters);
   };
   if (uniform_) {
@@ -173,11 +173,11 @@ void GradSync::finish() {
     grads_ = nullptr;
     return;
   }
-  const int B = static_cast<int>(buckets_.size());
+  const int B = static_cast<int>(chunks_.buckets.size());
   {
     PhaseScope p(clock_, Phase::Reshard);
     for (int b = 0; b < B; ++b)
-      if (!regroup_[b].exchange && !buckets_[b].tensors.empty()) post_regroup(b);  // no ready call announced these
+      if (!chunks_.regroup[b].exchange && !chunks_.buckets[b].tensors.empty()) post_regroup(b);  // no ready call announced these
   }
   // The embedding bucket (last to be ready) goes second: see the header.
   std::vector<int> order;
@@ -185,18 +185,18 @@ void GradSync::finish() {
     order.push_back(b);
     if (b == 0) order.push_back(B - 1);
   }
-  std::erase_if(order, [&](int b) { return buckets_[b].tensors.empty(); });  // other stages' layers
+  std::erase_if(order, [&](int b) { return chunks_.buckets[b].tensors.empty(); });  // other stages' layers
   for (int b : order) {
-    complete(regroup_[b]);
+    complete(chunks_.regroup[b]);
     if (slot_) {
       pack_replicated(b);
-      for (const auto& [off, n] : buckets_[b].ranges)
+      for (const auto& [off, n] : chunks_.buckets[b].ranges)
         if (n > 0) allreduce(chunk() + off, n);
     }
     PhaseScope p(clock_, Phase::Reshard);
-    reverse_[b] = post(*from_chunks_, b, false);
+    chunks_.reverse[b] = post(*chunks_.from, b, false);
   }
-  for (int b : order) complete(reverse_[b]);
+  for (int b : order) complete(chunks_.reverse[b]);
   grads_ = nullptr;
 }
 
@@ -221,7 +221,7 @@ double GradSync::squared_norm(const float* grads) {
       const float* x = grads + layout_.slot(t).offset;
       long n = layout_.slot(t).elems;
       if (!uniform_ && !rep)
-        x = (aligned_ ? grads : chunk_.data()) + chunk_offset_[t], n = long(chunk_units_[dim_index(s.dim)]) * s.unit_elems;
+        x = (chunks_.aligned ? grads : chunks_.buffer.data()) + chunks_.offset[t], n = long(chunks_.units[dim_index(s.dim)]) * s.unit_elems;
       partial[rep ? n2_ : tp_index_] += be_.sum_squares(x, n);
     }
   }

@@ -67,14 +67,14 @@ class GradSync final : public BackwardObserver {
   double global_norm(const float* grads);
   double squared_norm(const float* grads);
   // Whether this replica all-reduces its gradient arena in place (see above).
-  bool chunks_in_place() const { return aligned_; }
+  bool chunks_in_place() const { return chunks_.aligned; }
   // Bytes this rank sent in the last sync (all-reduce counted as a ring's 2(n-1)/n).
-  double bytes_sent() const { return bytes_; }
+  double bytes_sent() const { return sent_.total; }
   // Of those, the all-reduces', the regroup's (the reshard to chunks, overlapped with the
   // backward), and, under paced timing, the emulated end of the regroup's last exchange on the TP
   // link (the epoch if there was none).
-  double allreduce_bytes() const { return allreduce_bytes_; }
-  double regroup_bytes() const { return regroup_bytes_; }
+  double allreduce_bytes() const { return sent_.allreduce; }
+  double regroup_bytes() const { return sent_.regroup; }
   PaceClock::time_point regroup_end() const;
 
  private:
@@ -93,7 +93,7 @@ class GradSync final : public BackwardObserver {
   void complete(InFlight& f);
   std::vector<ReshardTensor> tensors(int b, bool to_chunks);
   void pack_replicated(int b);
-  float* chunk() { return aligned_ ? grads_ : chunk_.data(); }
+  float* chunk() { return chunks_.aligned ? grads_ : chunks_.buffer.data(); }
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -104,17 +104,22 @@ class GradSync final : public BackwardObserver {
   int tp_index_, n2_;
   bool uniform_;
   float* grads_ = nullptr;
-  double bytes_ = 0, allreduce_bytes_ = 0, regroup_bytes_ = 0;
+  // Bytes this rank sent in the last sync: in all, in the all-reduces, in the regroup.
+  struct Sent {
+    double total = 0, allreduce = 0, regroup = 0;
+  } sent_;
   // Chunk mode only.
-  std::unique_ptr<ReshardPlan> to_chunks_, from_chunks_;  // segments: heads, mlp, vocab (+ replicated copies)
-  std::vector<int> chunk_units_;                          // per sharded dimension, this rank's chunk units
-  std::vector<Bucket> buckets_;                           // in the order the backward finishes them
-  std::vector<std::size_t> chunk_offset_;                 // per tensor, within the chunk buffer
-  // The replica already holds chunk i on rank i (its degree is N2 with the even split): the chunk
-  // buffer is the gradient arena itself, and there is no regroup and no copying back.
-  bool aligned_ = false;
-  Arena chunk_;  // core ranks of other replicas: chunk i of every tensor, in arena order (backend memory)
-  std::vector<InFlight> regroup_, reverse_;               // per bucket
+  struct Chunks {
+    std::unique_ptr<ReshardPlan> to, from;  // segments: heads, mlp, vocab (+ replicated copies)
+    std::vector<int> units;                 // per sharded dimension, this rank's chunk units
+    std::vector<Bucket> buckets;            // in the order the backward finishes them
+    std::vector<std::size_t> offset;        // per tensor, within the chunk buffer
+    // The replica already holds chunk i on rank i (its degree is N2 with the even split): the chunk
+    // buffer is the gradient arena itself, and there is no regroup and no copying back.
+    bool aligned = false;
+    Arena buffer;  // core ranks of other replicas: chunk i of every tensor, in arena order (backend memory)
+    std::vector<InFlight> regroup, reverse;  // per bucket
+  } chunks_;
 };
 
 }  // namespace ntp

@@ -33,51 +33,52 @@ Configuration plan_for(const Options& o, const Topology& topo, const std::vector
 }
 
 Trainer::Trainer(const Options& o, Comm& world, int max_batch)
-    : o_(o), group_(&world), me_(world.rank()), n_(world.size()), topo_(n_, me_, o.tp, o.pp),
-      max_batch_(max_batch), pacer_(paced_rates(o)) {
+    : o_(o), group_(&world), topo_(world.size(), world.rank(), o.tp, o.pp), pacer_(paced_rates(o)) {
+  feed_.max_batch = max_batch;
   // While a paced rank sleeps (its emulated device computing), the sync's exchanges progress.
   pacer_.set_background([this] {
     if (sync_) sync_->progress();
   });
   // The CUDA backend reads this when it picks a GPU (src/backend/backend_cuda.cu).
   if (o.allow_gpu_sharing) setenv("NTPBENCH_ALLOW_GPU_SHARING", "1", 1);
-  backend_ = make_backend(o.backend, o.backend == BackendKind::Cpu ? 0 : world.split_node()->rank(), o.precision);
-  stage_device_buffers_ = o.backend != BackendKind::Cpu && o.allow_gpu_sharing;
-  data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
-  cfg_ = plan_for(o, topo_, std::vector<char>(n_, 1));
+  device_.backend = make_backend(o.backend, o.backend == BackendKind::Cpu ? 0 : world.split_node()->rank(), o.precision);
+  device_.stage_buffers = o.backend != BackendKind::Cpu && o.allow_gpu_sharing;
+  feed_.source = make_data(o.data, o.model.vocab, o.seq, o.seed);
+  cfg_ = plan_for(o, topo_, std::vector<char>(topo_.world_size, 1));
   valid_.assign(topo_.replicas, 1);
   build_comms();
-  const int q = cfg_.replica_of(me_);
-  model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me_), cfg_.stage_of(me_));
+  const int q = cfg_.replica_of(topo_.world_rank);
+  model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(topo_.world_rank), cfg_.stage_of(topo_.world_rank));
   model_->init_params(o.seed);
-  opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o.opt);
-  sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me_), *groups_.tp, groups_.slot.get(), model_->layout(), *backend_,
+  opt_ = std::make_unique<AdamW>(*device_.backend, model_->layout(), o.opt);
+  sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(topo_.world_rank), *groups_.tp, groups_.slot.get(), model_->layout(), *device_.backend,
                                      clock_, pacer_);
-  tokens_.resize(std::size_t(max_batch) * o.seq);
-  targets_.resize(tokens_.size());
+  feed_.tokens.resize(std::size_t(max_batch) * o.seq);
+  feed_.targets.resize(feed_.tokens.size());
 }
 
 Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& join)
-    : o_(o), group_(&group), me_(join.logical_rank), n_(static_cast<int>(join.alive.size())),
-      topo_(n_, me_, o.tp, o.pp), max_batch_(max_batch), pacer_(paced_rates(o)) {
+    : o_(o), group_(&group), topo_(static_cast<int>(join.alive.size()), join.logical_rank, o.tp, o.pp),
+      pacer_(paced_rates(o)) {
+  feed_.max_batch = max_batch;
   pacer_.set_background([this] {
     if (sync_) sync_->progress();
   });
   // Only the CPU backend joins this way (--kill-mode signal is refused with GPUs).
-  backend_ = make_backend(o.backend, 0, o.precision);
-  data_ = make_data(o.data, o.model.vocab, o.seq, o.seed);
+  device_.backend = make_backend(o.backend, 0, o.precision);
+  feed_.source = make_data(o.data, o.model.vocab, o.seq, o.seed);
   rank_speed_ = join.rank_speed;
   cfg_ = plan_for(o, topo_, join.alive, rank_speed_);
   valid_ = join.valid;
-  cursor_ = join.cursor, steps_ = join.steps;
-  restart_point_.initial_cursor = join.initial_cursor, restart_point_.initial_steps = join.initial_steps;
+  progress_.cursor = join.cursor, progress_.steps = join.steps;
+  restart_point_.initial.cursor = join.initial_cursor, restart_point_.initial.steps = join.initial_steps;
   restart_point_.path = join.restore_path;
-  tokens_.resize(std::size_t(max_batch) * o.seq);
-  targets_.resize(tokens_.size());
+  feed_.tokens.resize(std::size_t(max_batch) * o.seq);
+  feed_.targets.resize(feed_.tokens.size());
 }
 
 JoinState Trainer::join_state(int logical_rank) const {
-  return {logical_rank, cfg_.alive, rank_speed_, valid_, cursor_, restart_point_.initial_cursor, steps_, restart_point_.initial_steps,
+  return {logical_rank, cfg_.alive, rank_speed_, valid_, progress_.cursor, restart_point_.initial.cursor, progress_.steps, restart_point_.initial.steps,
           restart_point_.path};
 }
 
@@ -92,20 +93,20 @@ double Trainer::probe_seconds() {
   const int n = !pc.enabled ? 128
                             : std::clamp(int(std::cbrt(5e-3 * pc.device_gflops * 1e9 / (2 * pc.shape.flops))) + 1,
                                          128, 1024);
-  if (probe_.size() != std::size_t(3) * n * n) {
-    probe_ = Arena(*backend_, std::size_t(3) * n * n);
-    backend_->zero(probe_.data(), probe_.size());
+  if (device_.probe.size() != std::size_t(3) * n * n) {
+    device_.probe = Arena(*device_.backend, std::size_t(3) * n * n);
+    device_.backend->zero(device_.probe.data(), device_.probe.size());
   }
   // Not a step's compute: at the rank's own speed (no boost of a replica it left), and no overrun
   // counted against the next step.
   const Pacer::Counters counters = pacer_.counters();
   const double speed = pacer_.speed();
   pacer_.set_speed(1.0);
-  float* a = probe_.data();
+  float* a = device_.probe.data();
   const auto t0 = Clock::now();
-  backend_->matmul_forward(a + 2L * n * n, a, a + std::size_t(n) * n, nullptr, n, n, n, WeightLayout::OutIn);
+  device_.backend->matmul_forward(a + 2L * n * n, a, a + std::size_t(n) * n, nullptr, n, n, n, WeightLayout::OutIn);
   float done = 0;
-  backend_->to_host(&done, a + 2L * n * n, 1);  // waits for a device's product
+  device_.backend->to_host(&done, a + 2L * n * n, 1);  // waits for a device's product
   pacer_.pace_compute(seconds_since(t0), 2.0 * n * n * n);
   const double seconds = seconds_since(t0);
   pacer_.set_speed(speed);
@@ -122,7 +123,7 @@ Trainer::~Trainer() = default;
 
 std::string Trainer::communication() const {
   if (o_.backend == BackendKind::Cpu) return "MPI";
-  if (stage_device_buffers_)
+  if (device_.stage_buffers)
     return "MPI with host staging of device buffers (--allow-gpu-sharing: NCCL refuses two ranks on one GPU)";
   return "NCCL for device buffers (one communicator per TP group and sync slot, rebuilt at every membership "
          "change), MPI for host data";
@@ -152,7 +153,7 @@ void Trainer::route_links() {
   if (on_one_host(*group_)) {
     if (o_.machine == "custom") return;
     const int domain = machine_profile(o_.machine).gpus_per_domain;
-    const auto one_domain = [&](Comm& c) { return same_on_all(c, double(me_ / domain)); };
+    const auto one_domain = [&](Comm& c) { return same_on_all(c, double(topo_.world_rank / domain)); };
     if (groups_.tp) pacer_.set_route(Link::Tp, one_domain(*groups_.tp) ? Link::Tp : Link::Dp);
     if (groups_.slot) pacer_.set_route(Link::Dp, one_domain(*groups_.slot) ? Link::Tp : Link::Dp);
     return;
@@ -162,7 +163,7 @@ void Trainer::route_links() {
 }
 
 void Trainer::build_comms() {
-  const int me = me_;
+  const int me = topo_.world_rank;
   const bool alive = cfg_.alive[me] != 0;
   groups_.live = group_->split(alive ? 0 : -1, me);
   const int q = cfg_.replica_of(me), idx = cfg_.tp_index_of(me), st = cfg_.stage_of(me);
@@ -170,7 +171,7 @@ void Trainer::build_comms() {
   // The groups that carry device buffers (activations, gradient chunks) are staged through host
   // memory where the world cannot take device pointers (see communication()).
   auto device_capable = [&](std::unique_ptr<Comm> c) {
-    return stage_device_buffers_ && c ? make_host_staged_comm(std::move(c), *backend_) : std::move(c);
+    return device_.stage_buffers && c ? make_host_staged_comm(std::move(c), *device_.backend) : std::move(c);
   };
   groups_.tp = device_capable(group_->split(q >= 0 ? q * P + st : -1, idx));
   groups_.train = group_->split(q >= 0 ? 0 : -1, me);
@@ -188,7 +189,7 @@ std::unique_ptr<Model> Trainer::make_model(const ReplicaPlan& rp, int tp_index, 
   const StageRange range = StageRange::of(o_.model, stage, rp.stages);
   // 1F1B keeps at most stages - stage micro-batches between forward and backward on a stage.
   const int in_flight = std::min(rp.stages - stage, o_.micro_batches);
-  auto m = ntp::make_model(*backend_, o_.model, rp.layout, tp_index, *groups_.tp, max_batch_, o_.seq, &range, in_flight);
+  auto m = ntp::make_model(*device_.backend, o_.model, rp.layout, tp_index, *groups_.tp, feed_.max_batch, o_.seq, &range, in_flight);
   m->set_clock(&clock_);
   m->set_pacer(&pacer_);
   return m;
@@ -199,13 +200,13 @@ StepResult Trainer::step() { return step(cfg_.batches()); }
 StepResult Trainer::step(const std::vector<int>& batch) {
   if (static_cast<int>(batch.size()) != topo_.replicas) throw std::logic_error("one batch size per replica");
   StepResult r;
-  r.sample_begin = cursor_;
+  r.sample_begin = progress_.cursor;
   r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);
-  r.lr = o_.opt.lr_at(steps_ + 1);
-  const int q = cfg_.replica_of(me_);
+  r.lr = o_.opt.lr_at(progress_.steps + 1);
+  const int q = cfg_.replica_of(topo_.world_rank);
   const bool trains = r.samples > 0 && q >= 0 && model_;
   auto at = [&](StepPoint p) {
-    if (hook_) hook_(p);
+    if (step_control_.hook) step_control_.hook(p);
   };
   if (trains) {
     r.trained = true;
@@ -223,14 +224,14 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   }
   // The commit point: every live rank agrees before any parameter changes, so a step interrupted
   // by a failure commits everywhere or nowhere (and consumes no samples when it does not).
-  if (agree_commit_) {
+  if (step_control_.agree_commit) {
     PhaseScope s(clock_, Phase::DpComm);
     if (!group_->agree(true)) throw CommitRefused("the step did not commit: a rank failed during it");
   }
   if (r.nonfinite) {
     // --on-nonfinite skip: the batch is consumed without an update; stop: nothing advances (the
     // driver ends the run).
-    if (o_.on_nonfinite == OnNonfinite::Skip) cursor_ += r.samples;
+    if (o_.on_nonfinite == OnNonfinite::Skip) progress_.cursor += r.samples;
     r.phase_seconds = clock_.take();
     return r;
   }
@@ -245,8 +246,8 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     r.compute_flops = 3 * model_->local_forward_flops(batch[q]) + kAdamWFlopsPerParameter * model_->param_count();
   }
   if (r.samples > 0) {
-    cursor_ += r.samples;
-    ++steps_;
+    progress_.cursor += r.samples;
+    ++progress_.steps;
   }
   r.link_overruns = pacer_.take_link_overruns();
   r.link_overrun_seconds = pacer_.take_link_overrun_seconds();
@@ -258,7 +259,7 @@ void Trainer::dry_step() {
   StepResult r;
   const std::vector<int> batch = cfg_.batches();
   r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);
-  const int q = cfg_.replica_of(me_);
+  const int q = cfg_.replica_of(topo_.world_rank);
   if (r.samples > 0 && q >= 0 && model_) gradients(batch, r, [](StepPoint) {});
   clock_.take();
 }
@@ -267,23 +268,23 @@ void Trainer::dry_step() {
 // micro-batch (through the pipeline's stages), the gradient sync across replicas, the global loss
 // and gradient norm.
 void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std::function<void(StepPoint)>& at) {
-  const int T = o_.seq, q = cfg_.replica_of(me_);
+  const int T = o_.seq, q = cfg_.replica_of(topo_.world_rank);
   const int B = batch[q], M = cfg_.replicas[q].micro_batches;
   if (B % M != 0) throw std::logic_error(fmt::format("a batch of {} does not split into {} micro-batches", B, M));
-  if (B / M > max_batch_) throw std::logic_error("micro-batch exceeds the model's maximum");
+  if (B / M > feed_.max_batch) throw std::logic_error("micro-batch exceeds the model's maximum");
   pacer_.set_speed(cfg_.replicas[q].speed);
-  const long long first = cursor_ + std::accumulate(batch.begin(), batch.begin() + q, 0LL);
+  const long long first = progress_.cursor + std::accumulate(batch.begin(), batch.begin() + q, 0LL);
   const double global_tokens = double(r.samples) * T;
   model_->zero_grads();
   const double loss_sum = pipeline(first, M, B / M, static_cast<float>(1.0 / global_tokens), at);
   at(StepPoint::Sync);
   reduce_tied_embedding();
   sync_->finish();
-  const int stage = cfg_.stage_of(me_), P = topo_.stages;
+  const int stage = cfg_.stage_of(topo_.world_rank), P = topo_.stages;
   {
     // The global loss: the first rank of each replica's last stage contributes its replica's sum.
     PhaseScope s(clock_, Phase::DpComm);
-    double contrib = cfg_.tp_index_of(me_) == 0 && stage == P - 1 ? loss_sum : 0.0;
+    double contrib = cfg_.tp_index_of(topo_.world_rank) == 0 && stage == P - 1 ? loss_sum : 0.0;
     groups_.train->allreduce_sum(&contrib, 1);
     r.loss = contrib / global_tokens;
   }
@@ -307,7 +308,7 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
 // micro-batches; the last backward carries the gradient sync's observer, whose regroups start as
 // that backward finishes each layer.
 double Trainer::pipeline(long long first, int M, int b, float dloss, const std::function<void(StepPoint)>& at) {
-  const int T = o_.seq, P = topo_.stages, s = cfg_.stage_of(me_), K = model_->in_flight();
+  const int T = o_.seq, P = topo_.stages, s = cfg_.stage_of(topo_.world_rank), K = model_->in_flight();
   const int prev = s > 0 ? s - 1 : -1, next = s < P - 1 ? s + 1 : -1;
   const std::size_t n = std::size_t(b) * T * o_.model.hidden;  // one micro-batch's activations
   double loss = 0;
@@ -321,8 +322,8 @@ double Trainer::pipeline(long long first, int M, int b, float dloss, const std::
     model_->use_micro_batch(k % K);
     if (k == 0) at(StepPoint::Forward);
     for (int i = 0; i < b; ++i)
-      data_->sample(first + std::int64_t(k) * b + i, T, &tokens_[std::size_t(i) * T], &targets_[std::size_t(i) * T]);
-    loss += model_->forward(tokens_.data(), targets_.data(), b);
+      feed_.source->sample(first + std::int64_t(k) * b + i, T, &feed_.tokens[std::size_t(i) * T], &feed_.targets[std::size_t(i) * T]);
+    loss += model_->forward(feed_.tokens.data(), feed_.targets.data(), b);
   };
   auto backward = [&] {
     const int k = backwards++;
@@ -399,13 +400,13 @@ bool Trainer::save_checkpoint(const std::string& path) {
   if (source < 0) return false;
   if (groups_.live) {
     const auto& rp = cfg_.replicas[source];
-    std::vector<int> live_rank(n_, -1);
-    for (int r = 0, k = 0; r < n_; ++r)
+    std::vector<int> live_rank(topo_.world_size, -1);
+    for (int r = 0, k = 0; r < topo_.world_size; ++r)
       if (cfg_.alive[r]) live_rank[r] = k++;
     std::vector<int> ranks;
     for (int w : rp.ranks) ranks.push_back(live_rank[w]);
     const SourceOwners owners = owners_in_replica(o_.model, rp.layout, ranks, rp.stages);
-    CheckpointMeta meta{steps_, cursor_, true};
+    CheckpointMeta meta{progress_.steps, progress_.cursor, true};
     // Live ranks outside the source replica take part in the exchange with nothing to send.
     ntp::save_checkpoint(path, *groups_.live, ranks[0], owners, o_.model, model_.get(), opt_.get(), meta);
   }
@@ -417,11 +418,11 @@ void Trainer::load_checkpoint(const std::string& path, bool weights_only) {
   if (!model_) return;
   const CheckpointMeta meta = ntp::load_checkpoint(path, *model_, weights_only ? nullptr : opt_.get());
   if (!weights_only && meta.has_optimizer) {
-    cursor_ = meta.samples_consumed;
-    steps_ = meta.step;
+    progress_.cursor = meta.samples_consumed;
+    progress_.steps = meta.step;
   }
-  restart_point_.initial_cursor = cursor_;
-  restart_point_.initial_steps = steps_;
+  restart_point_.initial.cursor = progress_.cursor;
+  restart_point_.initial.steps = progress_.steps;
 }
 
 }  // namespace ntp

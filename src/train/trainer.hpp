@@ -114,12 +114,12 @@ class Trainer {
   // Revokes every communicator this rank holds, so that no survivor stays blocked in one.
   void revoke_all();
   // Called at each StepPoint of a step on this rank (a scheduled kill strikes there).
-  void set_step_hook(std::function<void(StepPoint)> hook) { hook_ = std::move(hook); }
+  void set_step_hook(std::function<void(StepPoint)> hook) { step_control_.hook = std::move(hook); }
   // Every step ends with an agreement over the group before the optimizer (fault.hpp); a step
   // that does not commit throws CommitRefused. On by default where failures are real.
-  void set_commit_agreement(bool on) { agree_commit_ = on; }
+  void set_commit_agreement(bool on) { step_control_.agree_commit = on; }
   JoinState join_state(int logical_rank) const;
-  int logical_rank() const { return me_; }
+  int logical_rank() const { return topo_.world_rank; }
   // One optimizer step with the configuration's batches (or `batch`, sequences per replica, each
   // split into the replica's micro-batches). Every rank calls it; ranks that do not train only
   // advance their counters.
@@ -133,11 +133,11 @@ class Trainer {
   const Topology& topology() const { return topo_; }
   const Configuration& configuration() const { return cfg_; }
   bool training() const { return model_ != nullptr; }
-  long long cursor() const { return cursor_; }
-  int steps_taken() const { return steps_; }
+  long long cursor() const { return progress_.cursor; }
+  int steps_taken() const { return progress_.steps; }
   Model& model() { return *model_; }
   AdamW& optimizer() { return *opt_; }
-  const DataSource& data() const { return *data_; }
+  const DataSource& data() const { return *feed_.source; }
   PhaseClock& clock() { return clock_; }
   // How ranks exchange data: MPI (cpu backend); NCCL (cuda, a GPU per rank: the world comm is
   // NCCL's, see main.cpp); MPI with host staging (cuda, --allow-gpu-sharing).
@@ -149,6 +149,8 @@ class Trainer {
   // restores from this file: a fenced rank revived later must restore from where its peers do.
   // Returns false when no replica is active (nothing written).
   bool save_checkpoint(const std::string& path);
+  // The last checkpoint written (by this rank's group, or before it joined), empty if none.
+  const std::string& last_checkpoint() const { return restart_point_.path; }
   // Loads weights (and optimizer state, step and cursor unless weights_only) on training ranks.
   void load_checkpoint(const std::string& path, bool weights_only);
 
@@ -172,14 +174,22 @@ class Trainer {
 
   Options o_;
   Comm* group_;
-  int me_, n_;  // logical rank and job size
-  Topology topo_;
-  int max_batch_;
+  Topology topo_;  // the job's shape, and this rank in it (world_rank: its logical rank)
   Pacer pacer_;
   PhaseClock clock_;
-  std::unique_ptr<Backend> backend_;
-  bool stage_device_buffers_ = false;
-  std::unique_ptr<DataSource> data_;
+  // The device: its backend; whether device buffers go through host memory (see communication());
+  // probe_seconds' operands (backend memory).
+  struct Device {
+    std::unique_ptr<Backend> backend;
+    bool stage_buffers = false;
+    Arena probe;
+  } device_;
+  // The data: its source, and a step's tokens and targets (room for max_batch sequences).
+  struct Feed {
+    std::unique_ptr<DataSource> source;
+    int max_batch = 0;
+    std::vector<int> tokens, targets;
+  } feed_;
   Configuration cfg_;
   std::vector<char> valid_;  // per replica: its state is current (it trained the last step)
   // This rank's groups under the configuration (build_comms): the live ranks; its replica's TP group
@@ -191,20 +201,24 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<GradSync> sync_;
-  long long cursor_ = 0;
-  int steps_ = 0;
+  // How far training has got: samples consumed (the data cursor) and optimizer steps taken.
+  struct Progress {
+    long long cursor = 0;
+    int steps = 0;
+  } progress_;
   // Where --policy restart goes back to: the last checkpoint written (path), else the state the
-  // run started from (its data cursor and steps).
+  // run started from.
   struct RestartPoint {
     std::string path;
-    long long initial_cursor = 0;
-    int initial_steps = 0;
+    Progress initial;
   } restart_point_;
-  std::vector<int> tokens_, targets_;
-  std::function<void(StepPoint)> hook_;
-  bool agree_commit_ = false;
+  // Called at each StepPoint of a step (set_step_hook), and whether every step agrees before its
+  // update (set_commit_agreement).
+  struct StepControl {
+    std::function<void(StepPoint)> hook;
+    bool agree_commit = false;
+  } step_control_;
   std::vector<double> rank_speed_;  // set_rank_speeds
-  Arena probe_;                     // probe_seconds' operands (backend memory)
 };
 
 }  // namespace ntp

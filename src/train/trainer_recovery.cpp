@@ -173,7 +173,7 @@ bool Trainer::current_state_survives(const Configuration& old_cfg, const std::ve
 
 Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   Recovery rec;
-  const int me = me_;
+  const int me = topo_.world_rank;
   PhaseScope phase(clock_, Phase::Recovery);
   // Detect: one agreement round in which every member of the group states its logical rank and
   // whether it is alive (after a barrier, so that it does not also time the skew left by the
@@ -181,12 +181,12 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   group_->barrier();
   auto t0 = Clock::now();
   const std::vector<int> stated = group_->allgather(2 * me + (alive[me] ? 1 : 0));
-  std::vector<char> seen(n_, 0);
+  std::vector<char> seen(topo_.world_size, 0);
   for (int s : stated) {
     seen[s / 2] = 1;
     if ((s % 2 != 0) != (alive[s / 2] != 0)) throw std::logic_error("ranks disagree about the membership");
   }
-  for (int r = 0; r < n_; ++r)
+  for (int r = 0; r < topo_.world_size; ++r)
     if (!seen[r] && alive[r]) throw std::logic_error("a rank counted alive is not in the group");
   rec.detect = seconds_since(t0);
 
@@ -229,7 +229,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   }
   const int q = cfg_.replica_of(me);
   if (q >= 0)
-    sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *groups_.tp, groups_.slot.get(), model_->layout(), *backend_,
+    sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *groups_.tp, groups_.slot.get(), model_->layout(), *device_.backend,
                                        clock_, pacer_);
   else
     sync_.reset();
@@ -244,14 +244,14 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
 // replica over the live ranks: a segment per sharded dimension and one for the replicated
 // tensors, params and both AdamW moments together.
 void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_valid, Recovery& rec) {
-  const int me = me_;
+  const int me = topo_.world_rank;
   if (!groups_.live) {  // this rank is dead: it frees everything and takes no part
     sync_.reset(), opt_.reset(), model_.reset();
     return;
   }
-  HealView v{old_cfg, old_valid, cfg_, std::vector<int>(n_, kNowhere), me, false, cfg_.replica_of(me),
+  HealView v{old_cfg, old_valid, cfg_, std::vector<int>(topo_.world_size, kNowhere), me, false, cfg_.replica_of(me),
              model_tensors(o_.model), topo_.stages, &o_.model};
-  for (int r = 0, k = 0; r < n_; ++r)  // groups_.live is split ordered by logical rank
+  for (int r = 0, k = 0; r < topo_.world_size; ++r)  // groups_.live is split ordered by logical rank
     if (cfg_.alive[r]) v.live_rank[r] = k++;
   const int my_old_q = old_cfg.replica_of(me);
   v.i_hold = my_old_q >= 0 && old_valid[my_old_q] && cfg_.alive[me] && model_;
@@ -261,8 +261,8 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
   std::unique_ptr<AdamW> fresh_opt;
   if (v.new_q >= 0 && changed[v.new_q]) {
     fresh = make_model(cfg_.replicas[v.new_q], cfg_.tp_index_of(me), cfg_.stage_of(me));
-    fresh_opt = std::make_unique<AdamW>(*backend_, fresh->layout(), o_.opt);
-    fresh_opt->set_steps_taken(steps_);
+    fresh_opt = std::make_unique<AdamW>(*device_.backend, fresh->layout(), o_.opt);
+    fresh_opt->set_steps_taken(progress_.steps);
   }
   for (int q = 0; q < topo_.replicas; ++q) {
     if (!changed[q]) continue;
@@ -273,7 +273,7 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
       add_replicated_part(v, q, st, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), groups_.live->rank(),
                           groups_.live->size(), x);
     }
-    rec.heal_bytes += reshard(*groups_.live, ReshardPlan::combine(x.parts), x.tensors, backend_.get());
+    rec.heal_bytes += reshard(*groups_.live, ReshardPlan::combine(x.parts), x.tensors, device_.backend.get());
   }
   if (fresh) {
     sync_.reset();
@@ -289,13 +289,13 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
 // No live replica holds every shard: every active replica reloads the last checkpoint (or the
 // initial state) and the steps since are lost.
 void Trainer::restore(Recovery& rec) {
-  const int me = me_;
+  const int me = topo_.world_rank;
   sync_.reset(), opt_.reset(), model_.reset();
   rec.restored = true;
   rec.restored_from = restart_point_.path.empty() ? "initial state" : restart_point_.path;
   const int q = cfg_.replica_of(me);
-  long long cursor = restart_point_.initial_cursor;
-  int steps = restart_point_.initial_steps;
+  long long cursor = restart_point_.initial.cursor;
+  int steps = restart_point_.initial.steps;
   if (!restart_point_.path.empty()) {
     // Every rank agrees on the restore point from the file's attributes.
     h5::File f(restart_point_.path, h5::Mode::ReadOnly);
@@ -304,18 +304,18 @@ void Trainer::restore(Recovery& rec) {
   }
   if (q >= 0) {
     model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me), cfg_.stage_of(me));
-    opt_ = std::make_unique<AdamW>(*backend_, model_->layout(), o_.opt);
+    opt_ = std::make_unique<AdamW>(*device_.backend, model_->layout(), o_.opt);
     if (!restart_point_.path.empty()) {
       ntp::load_checkpoint(restart_point_.path, *model_, opt_.get());
       rec.heal_bytes = double(model_->param_count()) * 3 * sizeof(float);
     } else {
       model_->init_params(o_.seed);
       if (!o_.init_from.empty()) ntp::load_checkpoint(o_.init_from, *model_, o_.init_weights_only ? nullptr : opt_.get());
-      opt_->set_steps_taken(restart_point_.initial_steps);
+      opt_->set_steps_taken(restart_point_.initial.steps);
     }
   }
-  cursor_ = cursor;
-  steps_ = steps;
+  progress_.cursor = cursor;
+  progress_.steps = steps;
   rec.restored_step = steps;
 }
 
