@@ -114,6 +114,30 @@ def test_an_eviction_that_would_lose_shards_is_refused(tmp_path):
     assert (replicas(out) == 4).all()
 
 
+@pytest.mark.parametrize("kill_mode", ["fence", "signal"])
+def test_a_rejoin_that_brings_back_the_only_replica_reloads_the_checkpoint(tmp_path, request, kill_mode):
+    """dp-drop: rank 2 is evicted (replica 0 out), then rank 5 dies (replica 1 down): no replica
+    trains and the state is dropped. When rank 2 rejoins, replica 0 trains again from the last
+    checkpoint: the rejoin records the restore and the steps rolled back, as a repair would, and
+    the run computes what one rank computes. (The rejoin once said "healed" and recorded neither,
+    and --replay disagreed about the data cursor: found by make chaos, seed 17.)"""
+    if kill_mode == "signal":
+        request.getfixturevalue("ulfm")
+    out = tmp_path / "rejoin.h5"
+    text = ("events:\n  - {step: 3, slow: [2], factor: 2.0}\n  - {step: 8, kill: [5]}\n"
+            "  - {step: 9, slow: [2], factor: 1}\n  - {step: 18, revive: [5]}\n")
+    ntpbench(8, *PACED, "--steps", 20, "--policy", "dp-drop", "--straggler-policy", "evict", "--kill-mode", kill_mode,
+             "--checkpoint-every", 3, "--schedule", schedule(tmp_path, text), "--out", out)
+    ev = event_rows(out, ("evict", "rejoin", "restore", "rollback"))
+    kinds = [k for _, k, _, _ in ev]
+    assert kinds == ["evict", "rejoin", "restore", "rollback"], ev
+    rejoin_step = ev[1][0]
+    assert ev[2][0] == ev[3][0] == rejoin_step, ev
+    # Optimizer steps 1-7 trained (eviction leaves replica 1), the checkpoint at 6 is reloaded.
+    assert "step_000006.h5" in ev[2][3] and "1 steps rolled back (optimizer step 7 -> 6)" in ev[3][3], ev
+    replay(out)
+
+
 def test_a_policy_without_detection_is_refused(tmp_path):
     p = ntpbench(8, "--preset", "tiny", "--tp", 4, "--steps", 2, "--straggler-policy", "evict", "--out",
                  tmp_path / "x.h5", check=False)
