@@ -131,8 +131,11 @@ bad-input: build py-deps
 # Every command of README.md, jobs/README.md and analysis/README.md, as typed, in a scratch directory
 # (tests/readme/examples.py): each must exit 0; what needs a Slurm cluster or another target's
 # results is listed as not run, with the reason.
+# README_SMOKE=SECONDS: the smoke test CI runs (each command gets that long; one still running then
+# is counted as started, not passed).
+README_SMOKE ?=
 readme-examples: build py-deps
-	$(PY) tests/readme/examples.py
+	$(PY) tests/readme/examples.py $(if $(README_SMOKE),--smoke $(README_SMOKE))
 
 # Several nodes on this machine (tests/cluster/: network namespaces, one slurmd each); also part of
 # `make test`. NTPBENCH_REQUIRE_CLUSTER=1 makes a cluster that cannot start a failure.

@@ -147,19 +147,19 @@ void resolve_machine(const CLI::App& app, Options& o) {
   for (const char* f : {"--device-gflops", "--memory-gbps", "--tp-gbps", "--dp-gbps", "--link-latency-us"})
     if (app.count(f) && custom.empty()) custom = f;
   if (!custom.empty()) {
-    if (app.count("--machine") && o.machine != "custom")
+    if (app.count("--machine") && !o.custom_machine())
       throw CLI::ValidationError(custom, custom + " is a rate of --machine custom, but --machine " + o.machine +
                                              " has its own: drop one of them");
     o.machine = "custom";
   }
-  if (!app.count("--time-scale") && o.machine == "custom") o.time_scale = "1";
-  if (o.time_scale != "auto") {
+  if (!app.count("--time-scale") && o.custom_machine()) o.time_scale = "1";
+  if (!o.auto_time_scale()) {
     double v = 0;
     if (!CLI::detail::lexical_cast(o.time_scale, v) || !std::isfinite(v) || v <= 0)
       throw CLI::ValidationError("--time-scale", "--time-scale must be auto or a number above 0, not '" +
                                                      o.time_scale + "'");
   }
-  if (o.emulate_shape != "none" && o.timing != Timing::Paced)
+  if (o.emulates_shape() && o.timing != Timing::Paced)
     throw CLI::ValidationError("--emulate-shape", "--emulate-shape charges paced time: it needs --timing paced");
 }
 

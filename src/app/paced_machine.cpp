@@ -93,7 +93,7 @@ Calibration calibrate_time_scale(const Options& o, Trainer& trainer, Comm& group
 std::string describe_paced_machine(const Options& o, const Calibration* calibration) {
   const PacingConfig r = paced_rates(o);
   std::string machine =
-      o.machine == "custom"
+      o.custom_machine()
           ? "custom"
           : fmt::format("{} ({} {:.4g} TFLOP/s, memory {:.4g} GB/s, scale-up {:.4g} GB/s, scale-out {:.4g} GB/s, {:.3g} us)", o.machine,
                         o.emulated_precision, machine_profile(o.machine).tflops(o.emulated_precision), machine_profile(o.machine).memory_gbps,
@@ -107,7 +107,7 @@ std::string describe_paced_machine(const Options& o, const Calibration* calibrat
   std::string how = calibration ? fmt::format("auto, headroom {:g}: real work at most {:.2g} of emulated time{}",
                                               o.headroom, at_chosen, calibration->fits ? "" : "; NOT FOUND to fit")
                                 : std::string("given");
-  std::string shape = o.emulate_shape == "none"
+  std::string shape = !o.emulates_shape()
                           ? std::string()
                           : fmt::format(" | costs of {}: x{:.4g} FLOPs, activations x{:.4g} bytes x{:.4g} calls, "
                                         "parameters x{:.4g}",
@@ -136,7 +136,7 @@ nlohmann::json paced_machine_record(const Options& o, const Calibration* calibra
                                   {"activation_calls", r.shape.activation_calls},
                                   {"parameter_bytes", r.shape.parameter_bytes},
                                   {"element_bytes", r.shape.element_bytes}}}};
-  if (o.machine != "custom") {
+  if (!o.custom_machine()) {
     const MachineProfile& m = machine_profile(o.machine);
     j["profile"] = {{"bf16_tflops", m.bf16_tflops}, {"tf32_tflops", m.tf32_tflops}, {"fp32_tflops", m.fp32_tflops}, {"memory_gbps", m.memory_gbps},
                     {"scale_up_gbps", m.scale_up_gbps}, {"scale_out_gbps", m.scale_out_gbps},

@@ -67,7 +67,7 @@ class TrainingRun {
         threads_(configure_threads(o_.threads, world)), trainer_(std::make_unique<Trainer>(o_, world, o_.micro_batch)) {
     if (!o_.init_from.empty()) trainer_->load_checkpoint(o_.init_from, o_.init_weights_only);
     o_.opt.total_steps = trainer_->steps_taken() + o_.steps;
-    if (o_.pacing.enabled && o_.time_scale == "auto") calibrate_pacing();
+    if (o_.pacing.enabled && o_.auto_time_scale()) calibrate_pacing();
     peak_ = find_peak(o_, world, threads_);
     hook_into_steps();
   }

@@ -34,11 +34,11 @@ Options options_from_json(const nlohmann::json& j) {
   return o;
 }
 
-double time_scale_value(const Options& o) { return o.time_scale == "auto" ? 0.0 : std::stod(o.time_scale); }
+double time_scale_value(const Options& o) { return o.auto_time_scale() ? 0.0 : std::stod(o.time_scale); }
 
 PacingConfig paced_rates(const Options& o, double scale) {
   PacingConfig c = o.pacing;
-  if (o.machine != "custom") {
+  if (!o.custom_machine()) {
     const MachineProfile& m = machine_profile(o.machine);
     c.device_gflops = m.tflops(o.emulated_precision) * 1e3;
     c.memory_gbps = m.memory_gbps;
@@ -54,8 +54,8 @@ PacingConfig paced_rates(const Options& o, double scale) {
   c.time_scale = scale;
   // The emulated job's tensors travel as 2-byte elements under bf16 (Megatron's activations and
   // gradients); the model here sends 4-byte floats.
-  if (o.machine != "custom" && o.emulated_precision == "bf16") c.shape.element_bytes = 0.5;
-  if (o.emulate_shape != "none") {
+  if (!o.custom_machine() && o.emulated_precision == "bf16") c.shape.element_bytes = 0.5;
+  if (o.emulates_shape()) {
     // The target at the same tokens and layout: per token and per rank, its costs over the model's.
     const ModelConfig t = preset(o.emulate_shape), &m = o.model;
     c.shape.flops = training_flops(t, 1, o.seq) / training_flops(m, 1, o.seq);

@@ -71,6 +71,10 @@ struct Options {
   double headroom = 2.0;
   std::string emulated_precision = "bf16";
   std::string emulate_shape = "none";
+  // The three values above that are words, not names of a profile or numbers: each spelled here.
+  bool custom_machine() const { return machine == "custom"; }
+  bool auto_time_scale() const { return time_scale == "auto"; }
+  bool emulates_shape() const { return emulate_shape != "none"; }
   PacingConfig pacing;  // enabled, boost, and custom's rates (the flags); paced_rates() for the rates run
   bool check = false;            // validate configuration and schedule, then exit
   BackendKind backend = BackendKind::Cpu;  // kernels and memory (src/backend/backend.hpp)

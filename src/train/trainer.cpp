@@ -151,7 +151,7 @@ bool on_one_host(Comm& c) {
 void Trainer::route_links() {
   if (!o_.pacing.enabled) return;
   if (on_one_host(*group_)) {
-    if (o_.machine == "custom") return;
+    if (o_.custom_machine()) return;
     const int domain = machine_profile(o_.machine).gpus_per_domain;
     const auto one_domain = [&](Comm& c) { return same_on_all(c, double(topo_.world_rank / domain)); };
     if (groups_.tp) pacer_.set_route(Link::Tp, one_domain(*groups_.tp) ? Link::Tp : Link::Dp);

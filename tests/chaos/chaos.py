@@ -134,6 +134,19 @@ def command(build: pathlib.Path, job: dict, steps: int, schedule: pathlib.Path, 
     return cmd
 
 
+LAUNCHER_FAILED = "PMIx server's listener thread failed to start"
+
+
+def run(cmd: list[str], env: dict, timeout: float) -> tuple[int, str]:
+    """The job under a deadline (timeout_with_stacks.sh prints its stacks past it): exit code, output."""
+    try:
+        p = subprocess.run([str(ROOT / "tests/timeout_with_stacks.sh"), str(timeout), *cmd], env=env,
+                           capture_output=True, text=True, timeout=timeout + 120)
+        return p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        return 124, str(e)
+
+
 def leftover(out: pathlib.Path) -> list[str]:
     p = subprocess.run(["pgrep", "-af", str(out)], capture_output=True, text=True)
     return [l for l in p.stdout.splitlines() if "pgrep" not in l]
@@ -200,12 +213,12 @@ def main() -> int:
         out = a.out / f"seed{seed}.h5"
         cmd = command(a.build, job, a.steps, schedule, out)
         t0 = time.time()
-        try:
-            p = subprocess.run([str(ROOT / "tests/timeout_with_stacks.sh"), str(a.timeout), *cmd], env=env,
-                               capture_output=True, text=True, timeout=a.timeout + 120)
-            rc, log = p.returncode, p.stdout + p.stderr
-        except subprocess.TimeoutExpired as e:
-            rc, log = 124, str(e)
+        rc, log = run(cmd, env, a.timeout)
+        relaunched = rc != 0 and LAUNCHER_FAILED in log and "ntpbench" not in log and not out.exists()
+        if relaunched:
+            # Open MPI 5.0's launcher failed before any ntpbench process ran (tests/integration/
+            # conftest.py, launcher_did_not_start): not the run's failure; once more, and said so.
+            rc, log = run(cmd, env, a.timeout)
         (a.out / f"seed{seed}.log").write_text(log)
         problems = ["hung (deadline)"] if rc == 124 else check(a.build, out, events, rc, log)
         left = leftover(out)
@@ -215,7 +228,8 @@ def main() -> int:
         kinds = sorted({k for e in events for k in e if k not in ("step", "at", "factor")})
         line = (f"seed {seed:>4}: {job['policy']:<7} spares {job['spares']:<8} stragglers {job['straggler']:<9} "
                 f"{job['layout']:<9} {job['model']:<5} {len(events):>2} events ({','.join(kinds)}) "
-                f"{time.time() - t0:6.1f} s  {'ok' if not problems else 'FAIL: ' + '; '.join(problems)}")
+                f"{time.time() - t0:6.1f} s  {'ok' if not problems else 'FAIL: ' + '; '.join(problems)}"
+                + (" (the launcher failed to start once: relaunched)" if relaunched else ""))
         print(line, flush=True)
         rows.append((seed, job, problems))
         if problems:

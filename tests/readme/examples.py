@@ -6,8 +6,9 @@ Every fenced `sh` block of README.md, jobs/README.md and analysis/README.md is s
 `source env.sh`, in the order the READMEs give them, in a scratch directory: links to this
 checkout's build/, .venv/, env.sh, jobs/, analysis/ and tests/, and a results/ of its own, so that
 an `--out results/...` never meets a file of an earlier run. A command passes when it exits 0
-within its deadline, and a paced run (`--timing paced`) when its results say `ok`: its real work
-fit inside the emulated machine's time (README, Timing), not `overran`.
+within its deadline, and a paced run (`--timing paced`, given or added by a script such as
+jobs/local/run.sh) when its results say `ok`: its real work fit inside the emulated machine's time
+(README, Timing), not `overran`.
 
 Not run, each with its reason on the output:
 - what needs a Slurm cluster (sbatch, the array submitter, the namespace cluster's scripts):
@@ -18,6 +19,10 @@ Not run, each with its reason on the output:
 
 One line per command (status, seconds, the command), then the count; the output of a failing
 command is printed after it. Exit status 1 when any command failed.
+
+--smoke SECONDS (CI) gives each command SECONDS: a wrong flag, a missing file or a renamed script
+fails within them; a command still running then is ended and counted as started, not passed, and
+any later command that reads its results is not run.
 Usage: examples.py [--timeout SECONDS] [--keep DIR] [--only SUBSTRING]
 """
 from __future__ import annotations
@@ -92,17 +97,22 @@ def why_not(cmd: str, scratch: pathlib.Path) -> str:
     return ""
 
 
-def paced_status(cmd: str, scratch: pathlib.Path) -> str:
-    """The /summary status of each paced run's results file the command wrote ('' if none)."""
-    if "--timing paced" not in cmd:
-        return ""
+def paced_status(scratch: pathlib.Path, since: float) -> str:
+    """The /summary status of every paced run's results file written in `scratch` since `since`
+    ('' if none): whether the command asked for paced timing or a script added it (run.sh, sbatch)."""
     import h5py
     found = []
-    for out in re.findall(r"--out\s+(\S+\.h5)", cmd):
-        for path in glob.glob(str(scratch / out.replace("$OUT", "*"))):
+    for path in scratch.rglob("*.h5"):
+        if ".ckpt" in str(path.relative_to(scratch)) or path.stat().st_mtime < since:
+            continue
+        try:
             with h5py.File(path, "r") as f:
+                if "paced_machine" not in f.attrs:
+                    continue  # wall timing, or not a results file
                 status = f["summary"].attrs.get("status", b"?") if "summary" in f else b"no /summary"
-            found.append(status.decode() if isinstance(status, bytes) else str(status))
+        except OSError:
+            continue  # not HDF5 (a token file, say)
+        found.append(status.decode() if isinstance(status, bytes) else str(status))
     return ",".join(sorted(set(found)))
 
 
@@ -129,16 +139,22 @@ def main() -> int:
     ap.add_argument("--keep", help="scratch directory to use and keep (default: a new one under /tmp)")
     ap.add_argument("--only", help="run only commands containing this text")
     ap.add_argument("--list", action="store_true", help="print the commands and why any would not run; run none")
+    ap.add_argument("--smoke", type=float, metavar="SECONDS",
+                    help="a smoke test (CI): each command gets SECONDS; one still running then is ended and counted "
+                         "as started (not as passed), and a command that reads what it would have written is not run")
     a = ap.parse_args()
     scratch = scratch_dir(a.keep)
     print(f"readme examples: in {scratch}", flush=True)
-    ran = failed = skipped = 0
+    ran = failed = skipped = started_only = 0
+    cut_short: list[str] = []  # --smoke: the outputs of commands ended at the deadline
     for readme in READMES:
         for line, cmd in commands(ROOT / readme):
             where = f"{readme}:{line}"
             if a.only and a.only not in cmd:
                 continue
             reason = why_not(cmd, scratch)
+            if not reason and any(out in cmd.split() for out in cut_short):
+                reason = "reads the results of a command ended at the --smoke deadline"
             if a.list:
                 print(f"{where:<24} {cmd}" + (f"\n{'':<24} not run: {reason}" if reason else ""))
                 continue
@@ -147,19 +163,26 @@ def main() -> int:
                 print(f"not run  {where:<24} {cmd[:90]}\n         {reason}", flush=True)
                 continue
             t = time.monotonic()
+            started = time.time()
             # Its own process group, so that a command past its deadline is ended with everything it
             # started (mpirun and its ranks), not only its shell.
             p = subprocess.Popen(["bash", "-c", f"source env.sh && {cmd}"], cwd=scratch, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
             try:
-                out, _ = p.communicate(timeout=a.timeout)
+                out, _ = p.communicate(timeout=a.smoke or a.timeout)
                 rc = p.returncode
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 out, _ = p.communicate()
                 rc = "timeout"
+            if rc == "timeout" and a.smoke:
+                started_only += 1
+                cut_short += re.findall(r"(?:--out|-o)\s+(\S+)", cmd)
+                print(f"{'started':<8} {where:<24} {time.monotonic() - t:6.1f} s  {cmd[:110]} [ended at the smoke deadline]",
+                      flush=True)
+                continue
             ran += 1
-            status = paced_status(cmd, scratch) if rc == 0 else ""
+            status = paced_status(scratch, started) if rc == 0 else ""
             ok = rc == 0 and status in ("", "ok")
             if rc == 0 and not ok:
                 out = f"the paced run's status: {status} (its real work ran past the emulated time)"
@@ -170,7 +193,8 @@ def main() -> int:
             if not ok:
                 print(f"         exit {rc}; the last of its output:\n" + "\n".join("         | " + l for l in
                                                                                out.strip().splitlines()[-25:]), flush=True)
-    print(f"\n{ran - failed} of {ran} commands ran as typed; {skipped} not run (reasons above)")
+    print(f"\n{ran - failed} of {ran} commands ran as typed; {skipped} not run (reasons above)"
+          + (f"; {started_only} started and ended at the --smoke deadline ({a.smoke:g} s)" if a.smoke else ""))
     if failed or a.keep:
         print(f"the scratch directory is kept: {scratch}")
     elif not a.list:
