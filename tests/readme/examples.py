@@ -116,6 +116,35 @@ def paced_status(scratch: pathlib.Path, since: float) -> str:
     return ",".join(sorted(set(found)))
 
 
+def end_leftovers(scratch: pathlib.Path) -> int:
+    """Ends every process still working in `scratch` (its working directory there): Open MPI's
+    launcher puts the ranks in process groups of their own, so ending a command's group leaves its
+    ranks running, and writing their results, for a while. Returns how many were ended."""
+    ended = 0
+    where = os.path.realpath(scratch)
+    for _ in range(50):
+        found = []
+        for proc in pathlib.Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                cwd = os.readlink(proc / "cwd")
+            except OSError:
+                continue
+            if cwd == where or cwd.startswith(where + "/"):
+                found.append(int(proc.name))
+        if not found:
+            return ended
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                ended += 1
+            except OSError:
+                pass
+        time.sleep(0.1)
+    return ended
+
+
 def braces(word: str) -> list[str]:
     """bash's brace expansion of one {a,b,...} in `word` (the READMEs use no more)."""
     m = re.search(r"\{([^{}]*,[^{}]*)\}", word)
@@ -175,6 +204,7 @@ def main() -> int:
                 os.killpg(p.pid, signal.SIGKILL)
                 out, _ = p.communicate()
                 rc = "timeout"
+            end_leftovers(scratch)
             if rc == "timeout" and a.smoke:
                 started_only += 1
                 cut_short += re.findall(r"(?:--out|-o)\s+(\S+)", cmd)
