@@ -415,6 +415,18 @@ TEST(Schedule, AnUnscheduledDeathComesBackAfterTheGeneratorsRepairTime) {
   EXPECT_FALSE(explicit_only.revival_after(0));
 }
 
+// Each of `bad` (4 ranks, 10 steps) is refused, with a message that names `word`.
+void expect_refused(std::initializer_list<const char*> bad, const std::string& word) {
+  for (const std::string text : bad) {
+    try {
+      Schedule::parse(text, "bad.yaml", 4, 10);
+      ADD_FAILURE() << "accepted:\n" << text;
+    } catch (const ScheduleError& e) {
+      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A kill `at: handover` strikes in the handover of a revival of its step (after the new processes
 // joined, before their heal): one is needed; a hang cannot be placed there, nor does the generator.
 TEST(Schedule, AKillInAHandoverNeedsARevivalInItsStep) {
@@ -425,17 +437,10 @@ TEST(Schedule, AKillInAHandoverNeedsARevivalInItsStep) {
   EXPECT_EQ(s.at(5).kill_at, (std::vector<StepPoint>{StepPoint::Handover}));
   EXPECT_EQ(s.at(5).revive, (std::vector<int>{3}));
   EXPECT_STREQ(step_point_name(StepPoint::Handover), "handover");
-  for (const std::string bad : {"events:\n  - {step: 3, kill: [2], at: handover}\n",
-                                "events:\n  - {step: 2, kill: [3]}\n  - {step: 5, revive: [3]}\n  - {step: 6, kill: [1], at: handover}\n",
-                                "events:\n  - {step: 2, kill: [3]}\n  - {step: 5, revive: [3]}\n  - {step: 5, hang: [1], at: handover}\n",
-                                "random: {mtbf_steps: 20, repair_steps: 5, seed: 3, at: handover}\n"}) {
-    try {
-      Schedule::parse(bad, "bad.yaml", 4, 10);
-      ADD_FAILURE() << "accepted:\n" << bad;
-    } catch (const ScheduleError& e) {
-      EXPECT_NE(std::string(e.what()).find("handover"), std::string::npos) << e.what();
-    }
-  }
+  expect_refused({"events:\n  - {step: 3, kill: [2], at: handover}\n",
+                  "events:\n  - {step: 2, kill: [3]}\n  - {step: 5, revive: [3]}\n  - {step: 6, kill: [1], at: handover}\n",
+                  "events:\n  - {step: 2, kill: [3]}\n  - {step: 5, revive: [3]}\n  - {step: 5, hang: [1], at: handover}\n",
+                  "random: {mtbf_steps: 20, repair_steps: 5, seed: 3, at: handover}\n"}, "handover");
 }
 
 // A kill `at: repair` strikes in the repair of another kill of its step: one is needed, and the
@@ -446,17 +451,10 @@ TEST(Schedule, AKillInARepairNeedsAnotherKillInItsStep) {
   EXPECT_EQ(s.at(3).kill, (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(s.at(3).kill_at, (std::vector<StepPoint>{StepPoint::Repair, StepPoint::Repair, StepPoint::Backward}));
   EXPECT_STREQ(step_point_name(StepPoint::Repair), "repair");
-  for (const std::string bad : {"events:\n  - {step: 3, kill: [2], at: repair}\n",
-                                "events:\n  - {step: 3, kill: [2], at: repair}\n  - {step: 4, kill: [1]}\n",
-                                "events:\n  - {step: 3, kill: [3]}\n  - {step: 3, hang: [2], at: repair}\n",
-                                "random: {mtbf_steps: 20, repair_steps: 5, seed: 3, at: repair}\n"}) {
-    try {
-      Schedule::parse(bad, "bad.yaml", 4, 10);
-      ADD_FAILURE() << "accepted:\n" << bad;
-    } catch (const ScheduleError& e) {
-      EXPECT_NE(std::string(e.what()).find("repair"), std::string::npos) << e.what();
-    }
-  }
+  expect_refused({"events:\n  - {step: 3, kill: [2], at: repair}\n",
+                  "events:\n  - {step: 3, kill: [2], at: repair}\n  - {step: 4, kill: [1]}\n",
+                  "events:\n  - {step: 3, kill: [3]}\n  - {step: 3, hang: [2], at: repair}\n",
+                  "random: {mtbf_steps: 20, repair_steps: 5, seed: 3, at: repair}\n"}, "repair");
   // The generator's kills strike in their step's phases only.
   const Schedule gen = Schedule::parse("random: {mtbf_steps: 5, repair_steps: 2, seed: 9, at: any}\n", "any.yaml", 8, 200);
   int kills = 0;
