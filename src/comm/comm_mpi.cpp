@@ -38,20 +38,23 @@ MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
 template <>
 MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 
-// Whether `comm` has lost a process or been revoked, as far as this process knows (ULFM; asks
-// without acknowledging anything).
-bool peer_failed(MPI_Comm comm) {
+// Whether `comm` is revoked or the MPI knows one of its members died (Comm::peer_failed; local,
+// nothing acknowledged). Always false without ULFM.
+bool group_lost_a_process(MPI_Comm comm) {
 #ifdef NTPBENCH_HAVE_ULFM
   if (comm == MPI_COMM_NULL) return false;
   int revoked = 0;
-  MPIX_Comm_is_revoked(comm, &revoked);
+  if (MPIX_Comm_is_revoked(comm, &revoked) != MPI_SUCCESS || revoked) return true;
+  // A probe drives the progress engine, which is where the MPI learns of a death; an error
+  // from it is such a death (it matches no message: nothing is received).
+  int flag = 0;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return true;
   MPI_Group failed = MPI_GROUP_NULL;
+  if (MPIX_Comm_get_failed(comm, &failed) != MPI_SUCCESS) return true;
   int n = 0;
-  if (MPIX_Comm_get_failed(comm, &failed) == MPI_SUCCESS && failed != MPI_GROUP_NULL) {
-    MPI_Group_size(failed, &n);
-    MPI_Group_free(&failed);
-  }
-  return revoked != 0 || n > 0;
+  MPI_Group_size(failed, &n);
+  MPI_Group_free(&failed);
+  return n > 0;
 #else
   (void)comm;
   return false;
@@ -74,7 +77,7 @@ void check(int rc, const char* what, MPI_Comm comm = MPI_COMM_NULL) {
   char msg[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  if (peer_failed(comm))
+  if (group_lost_a_process(comm))
     throw PeerFailure(std::string(what) + ": a peer process died (reported as " + std::string(msg, len) + ")");
   throw std::runtime_error(std::string("MPI error in ") + what + ": " + std::string(msg, len));
 }
@@ -320,20 +323,7 @@ class MpiComm final : public Comm {
     return false;
   }
 
-  bool peer_failed() override {
-    int revoked = 0;
-    if (MPIX_Comm_is_revoked(comm_, &revoked) != MPI_SUCCESS || revoked) return true;
-    // A probe drives the progress engine, which is where the MPI learns of a death; an error
-    // from it is such a death (it matches no message: nothing is received).
-    int flag = 0;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return true;
-    MPI_Group failed = MPI_GROUP_NULL;
-    if (MPIX_Comm_get_failed(comm_, &failed) != MPI_SUCCESS) return true;
-    int n = 0;
-    MPI_Group_size(failed, &n);
-    MPI_Group_free(&failed);
-    return n > 0;
-  }
+  bool peer_failed() override { return group_lost_a_process(comm_); }
 
   std::unique_ptr<Comm> shrink() override {
     MPI_Comm live;
