@@ -40,14 +40,14 @@ double GptModel::local_forward_flops(int B) const {
 
 double GptModel::forward(const int* tokens, const int* targets, int B) {
   const TpContext tp = begin_forward(tokens, targets, B);
-  PhaseScope phase(*clock_, Phase::Forward);
-  const double compute0 = clock_->elapsed(Phase::Forward);
+  PhaseScope phase(*timing_.clock, Phase::Forward);
+  const double compute0 = timing_.clock->elapsed(Phase::Forward);
   const int T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
 
   const StageRange& st = stage();
   if (st.first_stage)
-    vocab_parallel_embedding_forward(tp, encoded_, tokens_, param(kWte), vocab_rows_, param(kWpe), B, T, d);
+    vocab_parallel_embedding_forward(tp, encoded_, ids_.tokens, param(kWte), ids_.vocab_rows, param(kWpe), B, T, d);
   for (int l = st.first; l < st.end; ++l) {
     auto& a = acts_[l - st.first];
     auto P = [&](LayerTensor t) { return param(layer_tensor(l, t)); };
@@ -64,30 +64,30 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
     be_.residual_forward(a.res3, a.res2, a.fcproj, long(BT) * d);
   }
   if (!st.last_stage) {
-    if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+    if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
     return 0.0;
   }
   const float* top = layer_input(m_.layers);
   be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, param(lnf_weight(m_)), param(lnf_bias(m_)), BT, d);
   // The LM head is tied to the embedding: column-parallel over the vocabulary.
   column_parallel_forward(tp, logits_, lnf_, param(kWte), nullptr, BT, d, Vl);
-  vocab_parallel_cross_entropy_forward(tp, losses_, ce_max_, ce_sums_, logits_, targets_, vocab_rows_, BT, Vl);
+  vocab_parallel_cross_entropy_forward(tp, losses_, ce_max_, ce_sums_, logits_, ids_.targets, ids_.vocab_rows, BT, Vl);
 
   const double sum = sum_losses(losses_, BT);
-  if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+  if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
   return sum;
 }
 
 void GptModel::backward(float dloss, BackwardObserver* observer) {
   const TpContext tp = begin_backward();
-  PhaseScope phase(*clock_, Phase::Backward);
-  const double compute0 = clock_->elapsed(Phase::Backward);
+  PhaseScope phase(*timing_.clock, Phase::Backward);
+  const double compute0 = timing_.clock->elapsed(Phase::Backward);
   const int B = B_, T = T_, BT = B * T, d = m_.hidden, hs = m_.head_size(), Hl = local_heads_;
   const int dl = Hl * hs, fl = local_mlp_, Vl = local_vocab_;
 
   const StageRange& st = stage();
   if (st.last_stage) {
-    vocab_parallel_cross_entropy_backward(tp, logits_, ce_max_, ce_sums_, targets_, vocab_rows_, dloss, BT, Vl);
+    vocab_parallel_cross_entropy_backward(tp, logits_, ce_max_, ce_sums_, ids_.targets, ids_.vocab_rows, dloss, BT, Vl);
     column_parallel_backward(tp, dln_, grad(kWte), nullptr, logits_, lnf_, param(kWte), BT, d, Vl);
     be_.zero(dres_, std::size_t(BT) * d);
     be_.layernorm_backward(dres_, grad(lnf_weight(m_)), grad(lnf_bias(m_)), dln_, layer_input(m_.layers),
@@ -113,8 +113,8 @@ void GptModel::backward(float dloss, BackwardObserver* observer) {
     if (observer) observer->layer_gradients_ready(l);
   }
   if (st.first_stage)
-    vocab_parallel_embedding_backward(tp, grad(kWte), grad(kWpe), dres_, tokens_, vocab_rows_, B, T, d);
-  if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));
+    vocab_parallel_embedding_backward(tp, grad(kWte), grad(kWpe), dres_, ids_.tokens, ids_.vocab_rows, B, T, d);
+  if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));
 }
 
 double GptModel::tp_bytes_per_step(const ModelConfig& m, int B, int T) {

@@ -68,26 +68,26 @@ void LlamaModel::mlp_forward(const TpContext& tp, int l, int B) {
 
 double LlamaModel::forward(const int* tokens, const int* targets, int B) {
   const TpContext tp = begin_forward(tokens, targets, B);
-  PhaseScope phase(*clock_, Phase::Forward);
-  const double compute0 = clock_->elapsed(Phase::Forward);
+  PhaseScope phase(*timing_.clock, Phase::Forward);
+  const double compute0 = timing_.clock->elapsed(Phase::Forward);
   const int BT = B * T_, d = m_.hidden;
   const StageRange& st = stage();
   if (st.first_stage)
-    vocab_parallel_embedding_forward(tp, encoded_, tokens_, param(kEmbedTokens), vocab_rows_, nullptr, B, T_, d);
+    vocab_parallel_embedding_forward(tp, encoded_, ids_.tokens, param(kEmbedTokens), ids_.vocab_rows, nullptr, B, T_, d);
   for (int l = st.first; l < st.end; ++l) {
     attention_forward(tp, l, B);
     mlp_forward(tp, l, B);
   }
   if (!st.last_stage) {
-    if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+    if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
     return 0.0;
   }
   be_.rmsnorm_forward(lnf_, rstdf_, layer_input(m_.layers), param(llama_norm(m_)), BT, d);
   column_parallel_forward(tp, logits_, lnf_, param(llama_lm_head(m_)), nullptr, BT, d, local_vocab_);
-  vocab_parallel_cross_entropy_forward(tp, losses_, ce_max_, ce_sums_, logits_, targets_, vocab_rows_, BT,
+  vocab_parallel_cross_entropy_forward(tp, losses_, ce_max_, ce_sums_, logits_, ids_.targets, ids_.vocab_rows, BT,
                                        local_vocab_);
   const double sum = sum_losses(losses_, BT);
-  if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+  if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
   return sum;
 }
 
@@ -128,13 +128,13 @@ void LlamaModel::attention_backward(const TpContext& tp, int l, int B) {
 
 void LlamaModel::backward(float dloss, BackwardObserver* observer) {
   const TpContext tp = begin_backward();
-  PhaseScope phase(*clock_, Phase::Backward);
-  const double compute0 = clock_->elapsed(Phase::Backward);
+  PhaseScope phase(*timing_.clock, Phase::Backward);
+  const double compute0 = timing_.clock->elapsed(Phase::Backward);
   const int B = B_, BT = B * T_, d = m_.hidden, Vl = local_vocab_;
   const int head = llama_lm_head(m_), norm = llama_norm(m_);
   const StageRange& st = stage();
   if (st.last_stage) {
-    vocab_parallel_cross_entropy_backward(tp, logits_, ce_max_, ce_sums_, targets_, vocab_rows_, dloss, BT, Vl);
+    vocab_parallel_cross_entropy_backward(tp, logits_, ce_max_, ce_sums_, ids_.targets, ids_.vocab_rows, dloss, BT, Vl);
     column_parallel_backward(tp, dln_, grad(head), nullptr, logits_, lnf_, param(head), BT, d, Vl);
     be_.zero(dres_, std::size_t(BT) * d);
     be_.rmsnorm_backward(dres_, grad(norm), dln_, layer_input(m_.layers), param(norm), rstdf_, BT, d);
@@ -145,8 +145,8 @@ void LlamaModel::backward(float dloss, BackwardObserver* observer) {
     if (observer) observer->layer_gradients_ready(l);
   }
   if (st.first_stage)
-    vocab_parallel_embedding_backward(tp, grad(kEmbedTokens), nullptr, dres_, tokens_, vocab_rows_, B, T_, d);
-  if (pacer_) pacer_->pace_compute(clock_->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));
+    vocab_parallel_embedding_backward(tp, grad(kEmbedTokens), nullptr, dres_, ids_.tokens, ids_.vocab_rows, B, T_, d);
+  if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));
 }
 
 }  // namespace ntp

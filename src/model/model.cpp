@@ -18,37 +18,37 @@ Model::Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_
   if (seq < 1 || seq > m.context)
     throw std::invalid_argument("sequence length " + std::to_string(seq) + " must be between 1 and the context (" +
                                 std::to_string(m.context) + ")");
-  params_ = Arena(be_, layout_.total());
-  grads_ = Arena(be_, layout_.total());
+  mem_.params = Arena(be_, layout_.total());
+  mem_.grads = Arena(be_, layout_.total());
   const std::size_t BT = std::size_t(max_batch) * seq;
   slots_.tokens = be_.allocate_ints(BT * in_flight);
   slots_.targets = be_.allocate_ints(BT * in_flight);
-  tokens_ = slots_.tokens, targets_ = slots_.targets;
+  ids_.tokens = slots_.tokens, ids_.targets = slots_.targets;
   slots_.batch.assign(in_flight, 0);
-  vocab_rows_ = be_.allocate_ints(m.vocab);
+  ids_.vocab_rows = be_.allocate_ints(m.vocab);
   const std::vector<int> rows = tp.vocab.local_rows(tp_rank);
-  be_.ints_from_host(vocab_rows_, rows.data(), rows.size());
+  be_.ints_from_host(ids_.vocab_rows, rows.data(), rows.size());
   host_losses_.resize(BT);
 }
 
 Model::~Model() {
   be_.release_ints(slots_.tokens);
   be_.release_ints(slots_.targets);
-  be_.release_ints(vocab_rows_);
+  be_.release_ints(ids_.vocab_rows);
 }
 
 // Arena: the scratch views, then slot 0's per-slot views, slot 1's, ...
 void Model::carve() {
   std::size_t scratch = 0;
   for (auto& w : want_) (w.per_slot ? slots_.stride : scratch) += w.n;
-  act_arena_ = Arena(be_, scratch + slots_.stride * slots_.in_flight);
+  mem_.activations = Arena(be_, scratch + slots_.stride * slots_.in_flight);
   std::size_t off = 0, slot_off = scratch;
   for (auto& w : want_) {
     if (w.per_slot) {
       slots_.views.emplace_back(w.p, slot_off);
       slot_off += w.n;
     } else {
-      *w.p = act_arena_.data() + off;
+      *w.p = mem_.activations.data() + off;
       off += w.n;
     }
   }
@@ -62,10 +62,10 @@ void Model::use_micro_batch(int slot) {
   slots_.batch[slots_.current] = B_;
   slots_.current = slot;
   B_ = slots_.batch[slot];
-  for (auto& [p, off] : slots_.views) *p = act_arena_.data() + off + slots_.stride * slot;
+  for (auto& [p, off] : slots_.views) *p = mem_.activations.data() + off + slots_.stride * slot;
   const std::size_t BT = std::size_t(max_batch_) * T_;
-  tokens_ = slots_.tokens + BT * slot;
-  targets_ = slots_.targets + BT * slot;
+  ids_.tokens = slots_.tokens + BT * slot;
+  ids_.targets = slots_.targets + BT * slot;
 }
 
 void Model::set_tp_comm(Comm& tp) {
@@ -86,16 +86,16 @@ void Model::init_params(unsigned long long seed) {
 TpContext Model::begin_forward(const int* tokens, const int* targets, int B) {
   if (B < 1 || B > max_batch_)
     throw std::invalid_argument("batch " + std::to_string(B) + " outside [1, " + std::to_string(max_batch_) + "]");
-  if (!clock_) clock_ = &own_clock_;
+  if (!timing_.clock) timing_.clock = &timing_.own_clock;
   B_ = B;
-  if (stage().first_stage) be_.ints_from_host(tokens_, tokens, std::size_t(B) * T_);
-  if (stage().last_stage) be_.ints_from_host(targets_, targets, std::size_t(B) * T_);
-  return TpContext{be_, *tp_, clock_, pacer_};
+  if (stage().first_stage) be_.ints_from_host(ids_.tokens, tokens, std::size_t(B) * T_);
+  if (stage().last_stage) be_.ints_from_host(ids_.targets, targets, std::size_t(B) * T_);
+  return TpContext{be_, *tp_, timing_.clock, timing_.pacer};
 }
 
 TpContext Model::begin_backward() {
   if (B_ == 0) throw std::logic_error("backward() before forward()");
-  return TpContext{be_, *tp_, clock_, pacer_};
+  return TpContext{be_, *tp_, timing_.clock, timing_.pacer};
 }
 
 double Model::sum_losses(const float* losses, int BT) {

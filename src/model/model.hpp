@@ -28,10 +28,10 @@ class Model {
   const ParamLayout& layout() const { return layout_; }
   const ModelConfig& config() const { return m_; }
   Backend& backend() { return be_; }
-  float* params() { return params_.data(); }
-  float* grads() { return grads_.data(); }
-  float* param(int tensor) { return params_.data() + layout_.slot(tensor).offset; }
-  float* grad(int tensor) { return grads_.data() + layout_.slot(tensor).offset; }
+  float* params() { return mem_.params.data(); }
+  float* grads() { return mem_.grads.data(); }
+  float* param(int tensor) { return mem_.params.data() + layout_.slot(tensor).offset; }
+  float* grad(int tensor) { return mem_.grads.data() + layout_.slot(tensor).offset; }
   std::size_t param_count() const { return layout_.total(); }
   int seq() const { return T_; }
   int max_batch() const { return max_batch_; }
@@ -54,7 +54,7 @@ class Model {
 
   // Layout-independent initial weights (see init_tensor_units).
   void init_params(unsigned long long seed);
-  void zero_grads() { grads_.zero(); }
+  void zero_grads() { mem_.grads.zero(); }
 
   // Forward over B sequences of T tokens (host arrays, B*T each; the first stage reads the tokens,
   // the last the targets). Returns the sum of the B*T token losses on the last stage (every rank
@@ -66,8 +66,8 @@ class Model {
   // FLOPs of this rank's share of one forward pass over B sequences (backward: twice this).
   virtual double local_forward_flops(int B) const = 0;
 
-  void set_clock(PhaseClock* clock) { clock_ = clock; }
-  void set_pacer(Pacer* pacer) { pacer_ = pacer; }
+  void set_clock(PhaseClock* clock) { timing_.clock = clock; }
+  void set_pacer(Pacer* pacer) { timing_.pacer = pacer; }
   // The TP group (rebuilt at every membership change); its size must stay the layout's degree.
   void set_tp_comm(Comm& tp);
 
@@ -97,13 +97,22 @@ class Model {
   ParamLayout layout_;
   Comm* tp_;
   int max_batch_, T_;
-  Arena params_, grads_, act_arena_;
-  // Token ids and the vocabulary's global->local row table, in backend memory.
-  int *tokens_ = nullptr, *targets_ = nullptr, *vocab_rows_ = nullptr;
+  // The parameters, their gradients, and the activations (carve()), in backend memory.
+  struct Memory {
+    Arena params, grads, activations;
+  } mem_;
+  // The selected micro-batch's token ids and targets, and the vocabulary's global->local row
+  // table, in backend memory.
+  struct Ids {
+    int *tokens = nullptr, *targets = nullptr, *vocab_rows = nullptr;
+  } ids_;
   int B_ = 0;  // batch of the selected micro-batch's forward
-  PhaseClock* clock_ = nullptr;
-  PhaseClock own_clock_;
-  Pacer* pacer_ = nullptr;
+  // Where phases are timed (set_clock; the model's own clock if none) and paced (set_pacer).
+  struct Timing {
+    PhaseClock* clock = nullptr;
+    PhaseClock own_clock;
+    Pacer* pacer = nullptr;
+  } timing_;
 
  private:
   struct View {
