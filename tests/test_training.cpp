@@ -2,6 +2,7 @@
 // checkpoints across layouts. Run under mpiexec -n 8.
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <tuple>
 
@@ -286,6 +287,71 @@ TEST(Rebalance, BySpeedMatchesOneRank) {
                   name.c_str(), losses.size(), diff.describe().c_str());
       std::filesystem::remove(path);
     }
+    world->barrier();
+  }
+}
+
+// --spare-use takeover: ranks 1 (replica 0, TP index 1) and 6 (replica 1, TP index 2) lose their
+// state, and their successors are healed in by one reconfiguration, each shard from the replica that
+// still holds it (Trainer::forget, then reconfigure). Their memory is filled with NaN first, as a
+// new process's is empty: a heal that read from them would show in the losses and the parameters.
+// Losing ranks 1 and 5 (TP index 1 in both) leaves a shard with no holder: a restore.
+TEST(Takeover, ForgottenRanksAreHealedInOneReconfiguration) {
+  if (world_size() < 8) GTEST_SKIP() << "needs 8 ranks";
+  for (const std::string name : {"tiny", "llama-tiny"}) {
+    const std::uint64_t seed = shared_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << name);
+    auto world = world_comm();
+    Trainer run(tiny_options(seed, 4, 2, name), *world, 2);
+    auto self = self_comm();
+    Trainer ref(tiny_options(seed, 1, 4, name), *self, 4);
+    std::vector<double> losses, ref_losses;
+    const auto step = [&] {
+      const StepResult r = run.step({2, 2});
+      EXPECT_TRUE(r.trained);
+      losses.push_back(r.loss);
+      ref_losses.push_back(ref.step({4}).loss);
+    };
+    step(), step();
+    std::vector<char> alive(8, 1);
+    alive[1] = alive[6] = 0;
+    const Recovery kept = run.forget(alive);
+    EXPECT_FALSE(kept.changed);
+    EXPECT_EQ(kept.after, (std::vector<int>{4, 4}));
+    if (world->rank() == 1 || world->rank() == 6) {
+      const std::size_t n = run.model().param_count();
+      for (float* p : {run.model().params(), run.optimizer().m(), run.optimizer().v()})
+        std::fill(p, p + n, std::numeric_limits<float>::quiet_NaN());
+    }
+    const Recovery rc = run.reconfigure(std::vector<char>(8, 1));
+    EXPECT_FALSE(rc.restored);
+    EXPECT_EQ(run.configuration().degrees(), (std::vector<int>{4, 4}));
+    double bytes = rc.heal_bytes;
+    world->allreduce_sum(&bytes, 1);
+    EXPECT_GT(bytes, 0);
+    step(), step();
+    for (std::size_t s = 0; s < losses.size(); ++s)
+      EXPECT_NEAR(losses[s], ref_losses[s], kTol * ref_losses[s]) << "step " << s + 1;
+    const std::string path = tmp_path("taken-over.h5", seed);
+    run.save_checkpoint(path);
+    world->barrier();
+    const ModelConfig& m = ref.model().layout().model();
+    const ParamDiff diff = compare_params(m, read_checkpoint_params(path, m), canonical_params(ref.model()),
+                                          key_bias_bound(1e-3, int(losses.size())));
+    EXPECT_TRUE(diff.within(kTol, kTensorTolAfterAdamW)) << diff.describe();
+    world->barrier();  // every rank has read the file
+    if (world->rank() == 0) {
+      std::printf("[ measured ] %s ranks 1 and 6 taken over, healed in one reconfiguration: parameters after %zu "
+                  "steps %s\n", name.c_str(), losses.size(), diff.describe().c_str());
+    }
+    alive.assign(8, 1);
+    alive[1] = alive[5] = 0;
+    run.forget(alive);
+    const Recovery back = run.reconfigure(std::vector<char>(8, 1));  // reloads the checkpoint just written
+    EXPECT_TRUE(back.restored);
+    EXPECT_EQ(back.restored_from, path);
+    world->barrier();
+    if (world->rank() == 0) std::filesystem::remove(path);
     world->barrier();
   }
 }

@@ -22,7 +22,7 @@ void to_json(nlohmann::json& j, const Options& o) { j = to_json(o); }
 void from_json(const nlohmann::json& j, Options& o) { o = options_from_json(j); }
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Peak, gflops, source)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StragglerDetector::RankState, straggler, streak)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinState, logical_rank, alive, rank_speed, valid, cursor, initial_cursor, steps,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinState, logical_rank, alive, rank_speed, valid, lost, cursor, initial_cursor, steps,
                                    initial_steps, restore_path)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinMessage, options, step, elapsed, ranks, state, recorder, hosts,
                                    peak, added_revivals, stragglers, evicted, probe_base)
@@ -173,6 +173,16 @@ double TrainingRun::complete_handover(int s, const StepEvents& ev, bool joining,
   }
 }
 
+// Whether take_over() will serve every rank in `lost` (which are not empty), under a policy that
+// heals rather than reloads (restart reloads the checkpoint once a replica is whole again).
+bool TrainingRun::taken_over_at_once(const std::vector<int>& lost) const {
+  if (lost.empty() || !spares_ || o_.spare_use != SpareUse::Takeover || o_.policy == Policy::Restart) return false;
+  std::vector<int> served;
+  for (const auto& [key, rank] : spares_.pool->choose(members_.dead(), members_.hosts)) served.push_back(rank);
+  return std::all_of(lost.begin(), lost.end(),
+                     [&](int r) { return std::find(served.begin(), served.end(), r) != served.end(); });
+}
+
 // --spare-use takeover, right after the repair of a death: spares take the dead ranks now, when the
 // pool can serve them all (a later revival of those ranks is then moot).
 double TrainingRun::take_over(int s, const std::vector<int>& lost) {
@@ -278,7 +288,10 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       }
       const int steps_before = trainer_->steps_taken();
       stragglers_.resync(members_.evicted, trainer_->rank_speeds());
-      const Recovery rc = trainer_->reconfigure(members_.training());
+      // Spares that take every rank lost here over at once are healed in by the one reconfiguration
+      // of their handover: the survivors do not first shrink to the lost ranks' absence.
+      const Recovery rc = taken_over_at_once(lost) ? trainer_->forget(members_.training())
+                                                   : trainer_->reconfigure(members_.training());
       release_free_memory();
       const RecoveryFigures f = figures(rc, steps_before);
       stop_if_no_way_forward(s);

@@ -244,19 +244,20 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   node_events(s, ev.nodes_killed, "node_down", t_kill >= 0 ? t_kill : t_event);
   node_events(s, ev.nodes_revived, "node_up", t_event);
   const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
-  rec_->event(make_event(t_event, s, "detect", -1, -1, 0, f.detect, ""));
-  rec_->event(make_event(t_event + f.detect, s, "reconfigure", -1, -1, 0, f.reconfigure, change));
+  if (rc.changed) rec_->event(make_event(t_event, s, "detect", -1, -1, 0, f.detect, ""));
+  if (rc.changed) rec_->event(make_event(t_event + f.detect, s, "reconfigure", -1, -1, 0, f.reconfigure, change));
   // Deaths no event scheduled (kill -9 from outside, a crash) are named as such.
   std::vector<int> scheduled, unscheduled;
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
     (kill_details && (*kill_details)[i].rfind("unscheduled", 0) == 0 ? unscheduled : scheduled).push_back(ev.kill[i]);
   std::string killed = scheduled.empty() ? "" : fmt::format("kill {} ", scheduled);
   if (!unscheduled.empty()) killed += fmt::format("unscheduled death of rank(s) {} ", unscheduled);
-  std::string what = fmt::format("step {:5d}: {}{}| detect {:.2f} ms | reconfigure {:.2f} ms | ", s, killed,
-                                 ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive), f.detect * 1e3,
-                                 f.reconfigure * 1e3);
+  std::string what = fmt::format("step {:5d}: {}{}| ", s, killed, ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive));
+  if (rc.changed) what += fmt::format("detect {:.2f} ms | reconfigure {:.2f} ms | ", f.detect * 1e3, f.reconfigure * 1e3);
   const double t_heal = t_event + f.detect + f.reconfigure;
-  if (rc.restored) {
+  if (!rc.changed) {  // Trainer::forget: the spares taking the ranks over are healed in at their handover
+    what += fmt::format("spares take the rank(s) over now: one reconfiguration, at their handover | {}", change);
+  } else if (rc.restored) {
     what += fmt::format("{} | {}", record_restore(s, f, t_event), change);
   } else if (trainer_.configuration().active_replicas() == 0) {
     what += fmt::format("every replica is down: idle until a revival | {}", change);

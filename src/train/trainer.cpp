@@ -37,7 +37,7 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
   feed_.max_batch = max_batch;
   // While a paced rank sleeps (its emulated device computing), the sync's exchanges progress.
   pacer_.set_background([this] {
-    if (sync_) sync_->progress();
+    if (shard_.sync) shard_.sync->progress();
   });
   // The CUDA backend reads this when it picks a GPU (src/backend/backend_cuda.cu).
   if (o.allow_gpu_sharing) setenv("NTPBENCH_ALLOW_GPU_SHARING", "1", 1);
@@ -45,13 +45,13 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
   device_.stage_buffers = o.backend != BackendKind::Cpu && o.allow_gpu_sharing;
   feed_.source = make_data(o.data, o.model.vocab, o.seq, o.seed);
   cfg_ = plan_for(o, topo_, std::vector<char>(topo_.world_size, 1));
-  valid_.assign(topo_.replicas, 1);
+  held_.valid.assign(topo_.replicas, 1);
   build_comms();
   const int q = cfg_.replica_of(topo_.world_rank);
-  model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(topo_.world_rank), cfg_.stage_of(topo_.world_rank));
-  model_->init_params(o.seed);
-  opt_ = std::make_unique<AdamW>(*device_.backend, model_->layout(), o.opt);
-  sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(topo_.world_rank), *groups_.tp, groups_.slot.get(), model_->layout(), *device_.backend,
+  shard_.model = make_model(cfg_.replicas[q], cfg_.tp_index_of(topo_.world_rank), cfg_.stage_of(topo_.world_rank));
+  shard_.model->init_params(o.seed);
+  shard_.opt = std::make_unique<AdamW>(*device_.backend, shard_.model->layout(), o.opt);
+  shard_.sync = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(topo_.world_rank), *groups_.tp, groups_.slot.get(), shard_.model->layout(), *device_.backend,
                                      clock_, pacer_);
   feed_.tokens.resize(std::size_t(max_batch) * o.seq);
   feed_.targets.resize(feed_.tokens.size());
@@ -62,14 +62,15 @@ Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& 
       pacer_(paced_rates(o)) {
   feed_.max_batch = max_batch;
   pacer_.set_background([this] {
-    if (sync_) sync_->progress();
+    if (shard_.sync) shard_.sync->progress();
   });
   // Only the CPU backend joins this way (--kill-mode signal is refused with GPUs).
   device_.backend = make_backend(o.backend, 0, o.precision);
   feed_.source = make_data(o.data, o.model.vocab, o.seq, o.seed);
   rank_speed_ = join.rank_speed;
   cfg_ = plan_for(o, topo_, join.alive, rank_speed_);
-  valid_ = join.valid;
+  held_.valid = join.valid;
+  held_.lost = join.lost;
   progress_.cursor = join.cursor, progress_.steps = join.steps;
   restart_point_.initial.cursor = join.initial_cursor, restart_point_.initial.steps = join.initial_steps;
   restart_point_.path = join.restore_path;
@@ -78,7 +79,7 @@ Trainer::Trainer(const Options& o, Comm& group, int max_batch, const JoinState& 
 }
 
 JoinState Trainer::join_state(int logical_rank) const {
-  return {logical_rank, cfg_.alive, rank_speed_, valid_, progress_.cursor, restart_point_.initial.cursor, progress_.steps, restart_point_.initial.steps,
+  return {logical_rank, cfg_.alive, rank_speed_, held_.valid, held_.lost, progress_.cursor, restart_point_.initial.cursor, progress_.steps, restart_point_.initial.steps,
           restart_point_.path};
 }
 
@@ -204,7 +205,7 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);
   r.lr = o_.opt.lr_at(progress_.steps + 1);
   const int q = cfg_.replica_of(topo_.world_rank);
-  const bool trains = r.samples > 0 && q >= 0 && model_;
+  const bool trains = r.samples > 0 && q >= 0 && shard_.model;
   auto at = [&](StepPoint p) {
     if (step_control_.hook) step_control_.hook(p);
   };
@@ -238,12 +239,12 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   if (trains) {
     PhaseScope s(clock_, Phase::Optimizer);
     const auto t0 = Clock::now();
-    opt_->step(model_->params(), model_->grads(), clip_scale(r.grad_norm, o_.opt.clip), float(r.lr));
-    pacer_.pace_optimizer(seconds_since(t0), model_->param_count());
+    shard_.opt->step(shard_.model->params(), shard_.model->grads(), clip_scale(r.grad_norm, o_.opt.clip), float(r.lr));
+    pacer_.pace_optimizer(seconds_since(t0), shard_.model->param_count());
     r.overruns = pacer_.take_overruns();
     r.overrun_ratio = pacer_.take_worst_ratio();
     r.overrun_seconds = pacer_.take_overrun_seconds();
-    r.compute_flops = 3 * model_->local_forward_flops(batch[q]) + kAdamWFlopsPerParameter * model_->param_count();
+    r.compute_flops = 3 * shard_.model->local_forward_flops(batch[q]) + kAdamWFlopsPerParameter * shard_.model->param_count();
   }
   if (r.samples > 0) {
     progress_.cursor += r.samples;
@@ -260,7 +261,7 @@ void Trainer::dry_step() {
   const std::vector<int> batch = cfg_.batches();
   r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);
   const int q = cfg_.replica_of(topo_.world_rank);
-  if (r.samples > 0 && q >= 0 && model_) gradients(batch, r, [](StepPoint) {});
+  if (r.samples > 0 && q >= 0 && shard_.model) gradients(batch, r, [](StepPoint) {});
   clock_.take();
 }
 
@@ -275,11 +276,11 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
   pacer_.set_speed(cfg_.replicas[q].speed);
   const long long first = progress_.cursor + std::accumulate(batch.begin(), batch.begin() + q, 0LL);
   const double global_tokens = double(r.samples) * T;
-  model_->zero_grads();
+  shard_.model->zero_grads();
   const double loss_sum = pipeline(first, M, B / M, static_cast<float>(1.0 / global_tokens), at);
   at(StepPoint::Sync);
   reduce_tied_embedding();
-  sync_->finish();
+  shard_.sync->finish();
   const int stage = cfg_.stage_of(topo_.world_rank), P = topo_.stages;
   {
     // The global loss: the first rank of each replica's last stage contributes its replica's sum.
@@ -288,7 +289,7 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
     groups_.train->allreduce_sum(&contrib, 1);
     r.loss = contrib / global_tokens;
   }
-  double squares = sync_->squared_norm(model_->grads());
+  double squares = shard_.sync->squared_norm(shard_.model->grads());
   if (groups_.pp) {
     // One partial per stage, summed in stage order: bitwise the same on every rank.
     PhaseScope s(clock_, Phase::Optimizer);
@@ -308,57 +309,57 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
 // micro-batches; the last backward carries the gradient sync's observer, whose regroups start as
 // that backward finishes each layer.
 double Trainer::pipeline(long long first, int M, int b, float dloss, const std::function<void(StepPoint)>& at) {
-  const int T = o_.seq, P = topo_.stages, s = cfg_.stage_of(topo_.world_rank), K = model_->in_flight();
+  const int T = o_.seq, P = topo_.stages, s = cfg_.stage_of(topo_.world_rank), K = shard_.model->in_flight();
   const int prev = s > 0 ? s - 1 : -1, next = s < P - 1 ? s + 1 : -1;
   const std::size_t n = std::size_t(b) * T * o_.model.hidden;  // one micro-batch's activations
   double loss = 0;
   int forwards = 0, backwards = 0;
   auto receive_input = [&] {
-    model_->use_micro_batch(forwards % K);
-    pp_transfer(nullptr, -1, model_->stage_input(), prev, n);
+    shard_.model->use_micro_batch(forwards % K);
+    pp_transfer(nullptr, -1, shard_.model->stage_input(), prev, n);
   };
   auto forward = [&] {
     const int k = forwards++;
-    model_->use_micro_batch(k % K);
+    shard_.model->use_micro_batch(k % K);
     if (k == 0) at(StepPoint::Forward);
     for (int i = 0; i < b; ++i)
       feed_.source->sample(first + std::int64_t(k) * b + i, T, &feed_.tokens[std::size_t(i) * T], &feed_.targets[std::size_t(i) * T]);
-    loss += model_->forward(feed_.tokens.data(), feed_.targets.data(), b);
+    loss += shard_.model->forward(feed_.tokens.data(), feed_.targets.data(), b);
   };
   auto backward = [&] {
     const int k = backwards++;
-    model_->use_micro_batch(k % K);
+    shard_.model->use_micro_batch(k % K);
     if (k == 0) at(StepPoint::Backward);
     const bool last = k == M - 1;
-    if (last) sync_->begin(model_->grads());
-    model_->backward(dloss, last ? sync_.get() : nullptr);
+    if (last) shard_.sync->begin(shard_.model->grads());
+    shard_.model->backward(dloss, last ? shard_.sync.get() : nullptr);
   };
   const int warmup = std::min(P - s - 1, M), steady = M - warmup;
   for (int i = 0; i < warmup; ++i) {
     receive_input();
     forward();
-    pp_transfer(model_->stage_output(), next, nullptr, -1, n);
+    pp_transfer(shard_.model->stage_output(), next, nullptr, -1, n);
   }
   if (steady > 0) receive_input();
   for (int i = 0; i < steady; ++i) {
     forward();
     // The output goes on while the gradient of the oldest micro-batch in flight comes back.
-    pp_transfer(model_->stage_output(), next, model_->boundary_grad(), next, n);
+    pp_transfer(shard_.model->stage_output(), next, shard_.model->boundary_grad(), next, n);
     backward();
     if (i == steady - 1) {
-      pp_transfer(model_->boundary_grad(), prev, nullptr, -1, n);
+      pp_transfer(shard_.model->boundary_grad(), prev, nullptr, -1, n);
     } else {
       // The input gradient goes back while the next micro-batch's input comes in (the gradient
       // is scratch, the input belongs to the next slot).
-      const float* grad = model_->boundary_grad();
-      model_->use_micro_batch(forwards % K);
-      pp_transfer(grad, prev, model_->stage_input(), prev, n);
+      const float* grad = shard_.model->boundary_grad();
+      shard_.model->use_micro_batch(forwards % K);
+      pp_transfer(grad, prev, shard_.model->stage_input(), prev, n);
     }
   }
   for (int i = 0; i < warmup; ++i) {
-    pp_transfer(nullptr, -1, model_->boundary_grad(), next, n);
+    pp_transfer(nullptr, -1, shard_.model->boundary_grad(), next, n);
     backward();
-    pp_transfer(model_->boundary_grad(), prev, nullptr, -1, n);
+    pp_transfer(shard_.model->boundary_grad(), prev, nullptr, -1, n);
   }
   return loss;
 }
@@ -386,10 +387,10 @@ void Trainer::reduce_tied_embedding() {
   if (!groups_.embed) return;
   PhaseScope p(clock_, Phase::PpComm);
   const int t = tied_tensor(o_.model);
-  const long n = model_->layout().slot(t).elems;
+  const long n = shard_.model->layout().slot(t).elems;
   if (pacer_.enabled()) groups_.embed->barrier();  // the first stage ends its backward last: meet it first (pp_transfer)
   const auto t0 = Clock::now();
-  groups_.embed->allreduce_sum(model_->grad(t), std::size_t(n));
+  groups_.embed->allreduce_sum(shard_.model->grad(t), std::size_t(n));
   pacer_.pace_transfer(seconds_since(t0), double(n) * sizeof(float), 2, Link::Dp, Traffic::Parameters);  // a two-rank all-reduce
 }
 
@@ -408,15 +409,15 @@ bool Trainer::save_checkpoint(const std::string& path) {
     const SourceOwners owners = owners_in_replica(o_.model, rp.layout, ranks, rp.stages);
     CheckpointMeta meta{progress_.steps, progress_.cursor, true};
     // Live ranks outside the source replica take part in the exchange with nothing to send.
-    ntp::save_checkpoint(path, *groups_.live, ranks[0], owners, o_.model, model_.get(), opt_.get(), meta);
+    ntp::save_checkpoint(path, *groups_.live, ranks[0], owners, o_.model, shard_.model.get(), shard_.opt.get(), meta);
   }
   restart_point_.path = path;
   return true;
 }
 
 void Trainer::load_checkpoint(const std::string& path, bool weights_only) {
-  if (!model_) return;
-  const CheckpointMeta meta = ntp::load_checkpoint(path, *model_, weights_only ? nullptr : opt_.get());
+  if (!shard_.model) return;
+  const CheckpointMeta meta = ntp::load_checkpoint(path, *shard_.model, weights_only ? nullptr : shard_.opt.get());
   if (!weights_only && meta.has_optimizer) {
     progress_.cursor = meta.samples_consumed;
     progress_.steps = meta.step;

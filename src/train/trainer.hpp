@@ -70,9 +70,18 @@ struct JoinState {
   std::vector<char> alive;  // per logical rank, the new process not yet counted
   std::vector<double> rank_speed;  // per logical rank (--straggler-policy rebalance; empty: all 1)
   std::vector<char> valid;  // per replica
+  std::vector<char> lost;   // per logical rank (Trainer::forget; empty: none)
   long long cursor = 0, initial_cursor = 0;
   int steps = 0, initial_steps = 0;
   std::string restore_path;
+};
+
+// Who holds a Trainer's current state: per replica, whether it trained the last step; per logical
+// rank, whether its process died since the configuration was planned (Trainer::forget: the
+// configuration still names it, its state is gone).
+struct Holders {
+  std::vector<char> valid, lost;
+  bool holds(int rank) const { return lost.empty() || !lost[rank]; }
 };
 
 // The configuration the job's options give for a membership (live flag per logical rank), with
@@ -94,6 +103,11 @@ class Trainer {
 
   // Collective over the group: applies a new membership (live flag per logical rank).
   Recovery reconfigure(const std::vector<char>& alive);
+  // No collective: the ranks dead in `alive` lose their state, and the configuration stays as it is
+  // until the next reconfigure(), which heals their successors from the live holders. For spares
+  // that take the dead ranks over at once: one reconfiguration, not a shrink and then a regrowth.
+  // No step may run in between. Returns the (unchanged) degrees.
+  Recovery forget(const std::vector<char>& alive);
   // Each logical rank's compute speed for the layouts of later reconfigurations (rebalance.hpp:
   // a replica with a rank below 1 shares its units by speed); empty: every rank at 1. Every rank
   // must set the same.
@@ -101,7 +115,7 @@ class Trainer {
   const std::vector<double>& rank_speeds() const { return rank_speed_; }
   // Whether a reconfiguration to `alive` would heal every shard from live ranks (no restore from a
   // checkpoint; see heal()).
-  bool state_survives(const std::vector<char>& alive) const { return current_state_survives(cfg_, valid_, alive); }
+  bool state_survives(const std::vector<char>& alive) const { return current_state_survives(cfg_, held_, alive); }
   // Seconds the emulated or real device of this rank takes for a fixed small matrix product, paced
   // like a compute phase (a straggler's slowdown included): a probe of this rank's speed that needs
   // no model and no peer (an evicted straggler runs it while the others train).
@@ -132,11 +146,11 @@ class Trainer {
 
   const Topology& topology() const { return topo_; }
   const Configuration& configuration() const { return cfg_; }
-  bool training() const { return model_ != nullptr; }
+  bool training() const { return shard_.model != nullptr; }
   long long cursor() const { return progress_.cursor; }
   int steps_taken() const { return progress_.steps; }
-  Model& model() { return *model_; }
-  AdamW& optimizer() { return *opt_; }
+  Model& model() { return *shard_.model; }
+  AdamW& optimizer() { return *shard_.opt; }
   const DataSource& data() const { return *feed_.source; }
   PhaseClock& clock() { return clock_; }
   // How ranks exchange data: MPI (cpu backend); NCCL (cuda, a GPU per rank: the world comm is
@@ -168,9 +182,8 @@ class Trainer {
   void reduce_tied_embedding();
   std::unique_ptr<Model> make_model(const ReplicaPlan& rp, int tp_index, int stage);
   void restore(Recovery& rec);
-  bool current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
-                              const std::vector<char>& alive) const;
-  void heal(const Configuration& old_cfg, const std::vector<char>& old_valid, Recovery& rec);
+  bool current_state_survives(const Configuration& old_cfg, const Holders& old, const std::vector<char>& alive) const;
+  void heal(const Configuration& old_cfg, const Holders& old, Recovery& rec);
 
   Options o_;
   Comm* group_;
@@ -191,16 +204,20 @@ class Trainer {
     std::vector<int> tokens, targets;
   } feed_;
   Configuration cfg_;
-  std::vector<char> valid_;  // per replica: its state is current (it trained the last step)
+  Holders held_;
   // This rank's groups under the configuration (build_comms): the live ranks; its replica's TP group
   // at its stage; the ranks of active replicas; its sync slot (its TP index and stage across the
   // replicas); with stages, its pipeline and the tied embedding's two ends. Null where it has none.
   struct Groups {
     std::unique_ptr<Comm> live, tp, train, slot, pp, embed;
   } groups_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<AdamW> opt_;
-  std::unique_ptr<GradSync> sync_;
+  // What this rank trains: its shard of the model, its AdamW state, the gradient sync over its
+  // groups. Null where it trains no replica (dead, or in a replica that stopped).
+  struct Shard {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<AdamW> opt;
+    std::unique_ptr<GradSync> sync;
+  } shard_;
   // How far training has got: samples consumed (the data cursor) and optimizer steps taken.
   struct Progress {
     long long cursor = 0;

@@ -22,7 +22,7 @@ constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
 // What a heal needs to know about the old and the new configuration, seen from this rank.
 struct HealView {
   const Configuration& old_cfg;
-  const std::vector<char>& old_valid;  // per replica: its old state is current
+  const Holders& old;                  // who holds the old configuration's state
   const Configuration& new_cfg;
   std::vector<int> live_rank;          // world rank -> rank in the live communicator (kNowhere: dead)
   int me;                              // world rank
@@ -32,7 +32,9 @@ struct HealView {
   int stages;
 
   bool alive(int w) const { return new_cfg.alive[w] != 0; }
-  bool current(int p) const { return old_valid[p] && old_cfg.replicas[p].active(); }
+  // Rank w lives and still holds its old state (a process that took over a lost rank holds none).
+  bool holds(int w) const { return alive(w) && old.holds(w); }
+  bool current(int p) const { return old.valid[p] && old_cfg.replicas[p].active(); }
   // The world rank that held unit u of dimension d on stage s of old replica p.
   int old_owner(int p, int s, ShardDim d, int u) const {
     const auto& o = old_cfg.replicas[p];
@@ -40,11 +42,11 @@ struct HealView {
   }
 
   // The world rank to take unit u of dimension d from, for stage s of replica q: the replica's own
-  // old owner if current and alive, else the owner in the first current replica that lives.
+  // old owner if current and holding, else the owner in the first current replica that holds it.
   int source(int q, int s, ShardDim d, int u) const {
-    if (current(q) && alive(old_owner(q, s, d, u))) return old_owner(q, s, d, u);
+    if (current(q) && holds(old_owner(q, s, d, u))) return old_owner(q, s, d, u);
     for (int p = 0; p < static_cast<int>(old_cfg.replicas.size()); ++p)
-      if (current(p) && alive(old_owner(p, s, d, u))) return old_owner(p, s, d, u);
+      if (current(p) && holds(old_owner(p, s, d, u))) return old_owner(p, s, d, u);
     return kNowhere;
   }
 
@@ -54,7 +56,7 @@ struct HealView {
     for (int p = 0; p < static_cast<int>(old_cfg.replicas.size()); ++p)
       if (current(p))
         for (int w : old_cfg.replicas[p].stage_ranks(s))
-          if (alive(w)) return w;
+          if (holds(w)) return w;
     return kNowhere;
   }
   bool on_stage(int s, int t) const { return StageRange::of(*model, s, stages).holds(specs[t]); }
@@ -113,7 +115,7 @@ void add_replicated_part(const HealView& v, int q, int stage, Model* held, AdamW
   for (int j = 0; j < n; ++j) {
     const int w = target.ranks[std::size_t(stage) * n + j];
     const int oq = v.old_cfg.replica_of(w);
-    const bool own = oq >= 0 && v.old_valid[oq];
+    const bool own = oq >= 0 && v.old.valid[oq] && v.old.holds(w);
     src[j] = v.live_rank[own ? w : donor];
     dst[j] = v.live_rank[w];
     if (src[j] == live_me) rows[j] = 0;  // every copy it serves comes from its one buffer
@@ -129,17 +131,17 @@ void add_replicated_part(const HealView& v, int q, int stage, Model* held, AdamW
   }
 }
 
-// Replicas that must be (re)built: active now, and stale, newly active, with other ranks, or
-// with another layout than before.
-std::vector<char> changed_replicas(const Configuration& old_cfg, const std::vector<char>& old_valid,
-                                   const Configuration& cfg) {
+// Replicas that must be (re)built: active now, and stale, newly active, with other ranks, with a
+// rank whose state was lost, or with another layout than before.
+std::vector<char> changed_replicas(const Configuration& old_cfg, const Holders& old, const Configuration& cfg) {
   std::vector<char> changed(cfg.replicas.size(), 0);
   for (std::size_t q = 0; q < cfg.replicas.size(); ++q) {
     const auto& n = cfg.replicas[q];
     const auto& o = old_cfg.replicas[q];
     const bool same_layout =
         n.layout.heads == o.layout.heads && n.layout.mlp == o.layout.mlp && n.layout.vocab == o.layout.vocab;
-    changed[q] = n.active() && (!old_valid[q] || !o.active() || n.ranks != o.ranks || !same_layout);
+    const bool lost_one = std::any_of(n.ranks.begin(), n.ranks.end(), [&](int w) { return !old.holds(w); });
+    changed[q] = n.active() && (!old.valid[q] || !o.active() || n.ranks != o.ranks || lost_one || !same_layout);
   }
   return changed;
 }
@@ -148,7 +150,7 @@ std::vector<char> changed_replicas(const Configuration& old_cfg, const std::vect
 
 // Is every unit of every sharded dimension, on every pipeline stage, held by a live rank of a
 // replica whose state is current (it trained the last step)? Replicated tensors then survive too.
-bool Trainer::current_state_survives(const Configuration& old_cfg, const std::vector<char>& old_valid,
+bool Trainer::current_state_survives(const Configuration& old_cfg, const Holders& old,
                                      const std::vector<char>& alive) const {
   const ModelConfig& m = o_.model;
   bool any = false;
@@ -157,12 +159,12 @@ bool Trainer::current_state_survives(const Configuration& old_cfg, const std::ve
                                  std::vector<char>(m.vocab, 0)};
     for (int q = 0; q < topo_.replicas; ++q) {
       const auto& rp = old_cfg.replicas[q];
-      if (!old_valid[q] || !rp.active()) continue;
+      if (!old.valid[q] || !rp.active()) continue;
       const std::vector<int> ranks = rp.stage_ranks(st);
       for (int k = 0; k < 3; ++k) {
         const auto& map = rp.layout.map(kDims[k]);
         for (int u = 0; u < map.units(); ++u)
-          if (alive[ranks[map.owner(u)]]) held[k][u] = 1, any = true;
+          if (alive[ranks[map.owner(u)]] && old.holds(ranks[map.owner(u)])) held[k][u] = 1, any = true;
       }
     }
     for (const auto& h : held)
@@ -192,7 +194,7 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
 
   t0 = Clock::now();
   const Configuration old_cfg = cfg_;
-  const std::vector<char> old_valid = valid_;
+  const Holders old = held_;
   cfg_ = plan_for(o_, topo_, alive, rank_speed_);
   rec.before = old_cfg.degrees();
   rec.after = cfg_.degrees();
@@ -205,37 +207,47 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
     t0 = Clock::now();
     if (cfg_.active_replicas() == 0) {
       // Nobody trains: every state goes stale and is dropped.
-      sync_.reset(), opt_.reset(), model_.reset();
-      valid_.assign(topo_.replicas, 0);
+      shard_.sync.reset(), shard_.opt.reset(), shard_.model.reset();
+      held_.valid.assign(topo_.replicas, 0);
     } else {
-      const bool complete = current_state_survives(old_cfg, old_valid, alive);
+      const bool complete = current_state_survives(old_cfg, old, alive);
       if (complete)
-        heal(old_cfg, old_valid, rec);
+        heal(old_cfg, old, rec);
       else
         restore(rec);
-      valid_.assign(topo_.replicas, 0);
-      for (int q = 0; q < topo_.replicas; ++q) valid_[q] = cfg_.replicas[q].active();
+      held_.valid.assign(topo_.replicas, 0);
+      for (int q = 0; q < topo_.replicas; ++q) held_.valid[q] = cfg_.replicas[q].active();
     }
+    held_.lost.clear();
   } catch (const PeerFailure&) {
     // A peer failed in the middle (building the groups, or a heal's exchange). A heal replaces
     // this rank's model only once every shard has arrived, so its state is still the old
     // configuration's: back to it (and to the TP group its model talks over), and the repair that
     // follows plans from there. The other new groups are rebuilt by the next reconfiguration.
     cfg_ = old_cfg;
-    valid_ = old_valid;
+    held_ = old;
     groups_.tp = std::move(old_tp);
-    sync_.reset();  // re-made by the next reconfiguration, over its groups
+    shard_.sync.reset();  // re-made by the next reconfiguration, over its groups
     throw;
   }
   const int q = cfg_.replica_of(me);
   if (q >= 0)
-    sync_ = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *groups_.tp, groups_.slot.get(), model_->layout(), *device_.backend,
+    shard_.sync = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *groups_.tp, groups_.slot.get(), shard_.model->layout(), *device_.backend,
                                        clock_, pacer_);
   else
-    sync_.reset();
+    shard_.sync.reset();
   rec.heal = seconds_since(t0);
   old_tp.reset();
   group_->barrier();  // everyone starts the next step together
+  return rec;
+}
+
+Recovery Trainer::forget(const std::vector<char>& alive) {
+  held_.lost.resize(topo_.world_size, 0);
+  for (int r = 0; r < topo_.world_size; ++r)
+    if (!alive[r]) held_.lost[r] = 1;
+  Recovery rec;
+  rec.before = rec.after = cfg_.degrees();
   return rec;
 }
 
@@ -243,20 +255,20 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
 // that rank lives, otherwise the owner in the first current replica. One exchange per changed
 // replica over the live ranks: a segment per sharded dimension and one for the replicated
 // tensors, params and both AdamW moments together.
-void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_valid, Recovery& rec) {
+void Trainer::heal(const Configuration& old_cfg, const Holders& old, Recovery& rec) {
   const int me = topo_.world_rank;
   if (!groups_.live) {  // this rank is dead: it frees everything and takes no part
-    sync_.reset(), opt_.reset(), model_.reset();
+    shard_.sync.reset(), shard_.opt.reset(), shard_.model.reset();
     return;
   }
-  HealView v{old_cfg, old_valid, cfg_, std::vector<int>(topo_.world_size, kNowhere), me, false, cfg_.replica_of(me),
+  HealView v{old_cfg, old, cfg_, std::vector<int>(topo_.world_size, kNowhere), me, false, cfg_.replica_of(me),
              model_tensors(o_.model), topo_.stages, &o_.model};
   for (int r = 0, k = 0; r < topo_.world_size; ++r)  // groups_.live is split ordered by logical rank
     if (cfg_.alive[r]) v.live_rank[r] = k++;
   const int my_old_q = old_cfg.replica_of(me);
-  v.i_hold = my_old_q >= 0 && old_valid[my_old_q] && cfg_.alive[me] && model_;
+  v.i_hold = my_old_q >= 0 && old.valid[my_old_q] && cfg_.alive[me] && old.holds(me) && shard_.model;
 
-  const std::vector<char> changed = changed_replicas(old_cfg, old_valid, cfg_);
+  const std::vector<char> changed = changed_replicas(old_cfg, old, cfg_);
   std::unique_ptr<Model> fresh;
   std::unique_ptr<AdamW> fresh_opt;
   if (v.new_q >= 0 && changed[v.new_q]) {
@@ -268,21 +280,21 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
     if (!changed[q]) continue;
     HealExchange x;
     for (int st = 0; st < topo_.stages; ++st) {
-      add_sharded_parts(v, q, st, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), groups_.live->rank(),
+      add_sharded_parts(v, q, st, shard_.model.get(), shard_.opt.get(), fresh.get(), fresh_opt.get(), groups_.live->rank(),
                         groups_.live->size(), x);
-      add_replicated_part(v, q, st, model_.get(), opt_.get(), fresh.get(), fresh_opt.get(), groups_.live->rank(),
+      add_replicated_part(v, q, st, shard_.model.get(), shard_.opt.get(), fresh.get(), fresh_opt.get(), groups_.live->rank(),
                           groups_.live->size(), x);
     }
     rec.heal_bytes += reshard(*groups_.live, ReshardPlan::combine(x.parts), x.tensors, device_.backend.get());
   }
   if (fresh) {
-    sync_.reset();
-    model_ = std::move(fresh);
-    opt_ = std::move(fresh_opt);
+    shard_.sync.reset();
+    shard_.model = std::move(fresh);
+    shard_.opt = std::move(fresh_opt);
   } else if (v.new_q >= 0) {
-    model_->set_tp_comm(*groups_.tp);  // unchanged replica: same shards, new communicator
+    shard_.model->set_tp_comm(*groups_.tp);  // unchanged replica: same shards, new communicator
   } else {
-    sync_.reset(), opt_.reset(), model_.reset();  // dead, or in a replica that stopped
+    shard_.sync.reset(), shard_.opt.reset(), shard_.model.reset();  // dead, or in a replica that stopped
   }
 }
 
@@ -290,7 +302,7 @@ void Trainer::heal(const Configuration& old_cfg, const std::vector<char>& old_va
 // initial state) and the steps since are lost.
 void Trainer::restore(Recovery& rec) {
   const int me = topo_.world_rank;
-  sync_.reset(), opt_.reset(), model_.reset();
+  shard_.sync.reset(), shard_.opt.reset(), shard_.model.reset();
   rec.restored = true;
   rec.restored_from = restart_point_.path.empty() ? "initial state" : restart_point_.path;
   const int q = cfg_.replica_of(me);
@@ -303,15 +315,15 @@ void Trainer::restore(Recovery& rec) {
     cursor = h5::get_attr_int(f.id(), "/", "samples_consumed");
   }
   if (q >= 0) {
-    model_ = make_model(cfg_.replicas[q], cfg_.tp_index_of(me), cfg_.stage_of(me));
-    opt_ = std::make_unique<AdamW>(*device_.backend, model_->layout(), o_.opt);
+    shard_.model = make_model(cfg_.replicas[q], cfg_.tp_index_of(me), cfg_.stage_of(me));
+    shard_.opt = std::make_unique<AdamW>(*device_.backend, shard_.model->layout(), o_.opt);
     if (!restart_point_.path.empty()) {
-      ntp::load_checkpoint(restart_point_.path, *model_, opt_.get());
-      rec.heal_bytes = double(model_->param_count()) * 3 * sizeof(float);
+      ntp::load_checkpoint(restart_point_.path, *shard_.model, shard_.opt.get());
+      rec.heal_bytes = double(shard_.model->param_count()) * 3 * sizeof(float);
     } else {
-      model_->init_params(o_.seed);
-      if (!o_.init_from.empty()) ntp::load_checkpoint(o_.init_from, *model_, o_.init_weights_only ? nullptr : opt_.get());
-      opt_->set_steps_taken(restart_point_.initial.steps);
+      shard_.model->init_params(o_.seed);
+      if (!o_.init_from.empty()) ntp::load_checkpoint(o_.init_from, *shard_.model, o_.init_weights_only ? nullptr : shard_.opt.get());
+      shard_.opt->set_steps_taken(restart_point_.initial.steps);
     }
   }
   progress_.cursor = cursor;

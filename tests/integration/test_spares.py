@@ -61,8 +61,25 @@ def test_takeover_at_every_phase(tmp_path, at):
     # The replica is back at full degree within the repair of step 3: no step ran degraded.
     assert replicas(out).tolist() == [[4, 4]] * 6
     assert [e for e in events(out) if e[1] == "takeover"] == [(3, "takeover", 5)]
+    # One reconfiguration, the handover's: the survivors do not first shrink to TP 3.
+    assert [e for e in events(out) if e[1] in ("reconfigure", "heal")] == [(3, "reconfigure", -1), (3, "heal", -1)]
     check_taken_by_spare(out, 5)
     assert summary(out)["spares_used"] == 1 and summary(out)["spares_left"] == 3
+    replay(out)
+
+
+def test_a_takeover_of_a_rank_of_each_replica_heals_each_from_the_other_in_one_reconfiguration(tmp_path):
+    """Ranks 1 (replica 0, TP index 1) and 6 (replica 1, TP index 2) die in one step: their spares are
+    healed in by one reconfiguration, each shard from the replica that still holds it, no restore."""
+    out = tmp_path / "two.h5"
+    text = "events:\n  - {step: 3, kill: [1, 6], at: backward}\n"
+    ntpbench(12, *JOB, "--spare-use", "takeover", "--steps", 6, "--schedule", schedule(tmp_path, text), "--out", out)
+    ev = events(out)
+    assert sorted(e for e in ev if e[1] == "takeover") == [(3, "takeover", 1), (3, "takeover", 6)], ev
+    assert [e for e in ev if e[1] in ("reconfigure", "heal", "restore")] == [(3, "reconfigure", -1), (3, "heal", -1)], ev
+    assert replicas(out).tolist() == [[4, 4]] * 6
+    s = steps(out)
+    assert (s["samples"] == 8).all(), s
     replay(out)
 
 
