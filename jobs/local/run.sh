@@ -7,7 +7,9 @@
 # RANKS: -n/-np, else $RANKS, else 8 (TP 4 x DP 2, what jobs/schedules assume). Everything else goes to
 # ntpbench. Defaults it adds, each only when you did not give that flag yourself:
 #   - ranks > cores (nproc): mpirun --oversubscribe --bind-to none, and ntpbench --timing paced
-#     --time-scale auto (real wall time means nothing when ranks share cores; README "Timing");
+#     --time-scale auto (real wall time means nothing when ranks share cores; README "Timing"), on
+#     the demo's emulated machine when you name none (no --machine, no custom rate, no
+#     --emulate-shape): --machine dgx-a100 --emulate-shape gpt2-xl (llama-8b for a llama preset);
 #   - ranks <= cores: --bind-to core --map-by core (one rank per core);
 #   - ranks >= cores: one BLAS/OpenMP thread per rank (-x OMP_NUM_THREADS=1, ntpbench --threads 1);
 #     fewer ranks than cores: cores/ranks threads each;
@@ -48,6 +50,25 @@ has_flag() {
   [ -n "$cfg" ] && [ -f "$cfg" ] && grep -qE "^[[:space:]]*${name}[[:space:]]*=" "$cfg"
 }
 
+# The value of a flag given on the command line, else in the --config file, else $2.
+flag_value() {
+  local name=$1 a i cfg=""
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    a=${args[i]}
+    case "$a" in
+      --"$name") echo "${args[i + 1]:-}"; return ;;
+      --"$name"=*) echo "${a#*=}"; return ;;
+      --config) cfg=${args[i + 1]:-} ;;
+      --config=*) cfg=${a#*=} ;;
+    esac
+  done
+  if [ -n "$cfg" ] && [ -f "$cfg" ] && grep -qE "^[[:space:]]*${name}[[:space:]]*=" "$cfg"; then
+    sed -nE "s/^[[:space:]]*${name}[[:space:]]*=[[:space:]]*\"?([^\"#]*)\"?.*/\1/p" "$cfg" | head -1 | tr -d '[:space:]'
+    return
+  fi
+  echo "$2"
+}
+
 CORES=$(nproc)
 # The MPI the binary was built against: with ULFM (the default build) its own mpirun, with fault
 # tolerance on, so a killed rank is survived (README, "Real failures").
@@ -67,6 +88,21 @@ if ((RANKS > CORES)); then
   has_flag timing || extra+=(--timing paced)
   has_flag timing || has_flag time-scale || extra+=(--time-scale auto)   # rates slowed until real work fits
   note="$RANKS ranks > $CORES cores: oversubscribed, unbound$(has_flag timing || echo ', paced timing')"
+  # The default custom machine (10 GFLOP/s, 5 us links) is no real machine: its microsecond
+  # messages against the milliseconds they take among ranks sharing cores ask the time scale for
+  # thousands, and the compute then crawls (a 40-step `small` run took hours). The demo's machine
+  # and model shape have a real job's compute:communication ratio and calibrate near 128.
+  named=0
+  for f in machine emulate-shape device-gflops memory-gbps tp-gbps dp-gbps link-latency-us; do
+    if has_flag "$f"; then named=1; fi
+  done
+  if ! has_flag timing && ((named == 0)); then
+    preset=$(flag_value preset small)
+    shape=gpt2-xl
+    [[ "$preset" == llama* ]] && shape=llama-8b
+    extra+=(--machine dgx-a100 --emulate-shape "$shape")
+    note="$note on dgx-a100 charged as $shape (name --machine to choose)"
+  fi
 else
   mpi+=(--bind-to core --map-by core)
   note="$RANKS ranks <= $CORES cores: one core per rank"

@@ -1,5 +1,6 @@
 """jobs/: the local mpirun launcher, the local sweep runner, and the scenario library (every schedule
 and config passes `ntpbench --check` at the rank count it says it assumes)."""
+import json
 import os
 import pathlib
 import re
@@ -63,17 +64,29 @@ def test_run_sh_oversubscribes_and_paces_by_itself(tmp_path):
     cmdline = next(l for l in p.stdout.splitlines() if l.startswith("run.sh: +"))
     assert "--oversubscribe" in cmdline and "--timing paced" in cmdline, cmdline
     assert "--bind-to none" in cmdline and "--threads 1" in cmdline and "-x OMP_NUM_THREADS" in cmdline, cmdline
+    # No machine named: the demo's, whose compute:communication ratio a real job has.
+    assert "--machine dgx-a100 --emulate-shape gpt2-xl" in cmdline, cmdline
     with h5py.File(out, "r") as f:
         assert text(f.attrs["timing"]) == "paced"
+        machine = json.loads(text(f.attrs["paced_machine"]))
+        assert machine["machine"] == "dgx-a100" and machine["emulate_shape"] == "gpt2-xl", machine
         assert int(f.attrs["ranks"]) == 8 and int(f.attrs["threads_per_rank"]) == 1
         assert len(f["steps"]) == 4
 
 
-def test_run_sh_keeps_user_choices_and_binds_when_cores_suffice():
+def test_run_sh_keeps_user_choices_and_binds_when_cores_suffice(tmp_path):
     # Dry runs: the command only. A user's --timing wins; few ranks are bound, not oversubscribed.
     p = run([*two_cores(), JOBS / "local" / "run.sh", "-n", 8, "--dry-run", "--preset", "tiny", "--timing", "wall"])
     assert p.returncode == 0, p.stderr
     assert "--timing paced" not in p.stdout and "--timing wall" in p.stdout and "--oversubscribe" in p.stdout
+    assert "--machine" not in p.stdout
+    # A machine named (here in a config file), or a llama preset: no machine added, or llama's shape.
+    cfg = tmp_path / "h100.toml"
+    cfg.write_text('preset = "tiny"\nmachine = "dgx-h100"\n')
+    p = run([*two_cores(), JOBS / "local" / "run.sh", "-n", 8, "--dry-run", "--config", cfg])
+    assert p.returncode == 0 and "--timing paced" in p.stdout and "--machine" not in p.stdout, p.stdout
+    p = run([*two_cores(), JOBS / "local" / "run.sh", "-n", 8, "--dry-run", "--preset", "llama-tiny"])
+    assert p.returncode == 0 and "--machine dgx-a100 --emulate-shape llama-8b" in p.stdout, p.stdout
     p = run([*two_cores(), JOBS / "local" / "run.sh", "-n", 2, "--dry-run", "--preset", "tiny"])
     assert p.returncode == 0, p.stderr
     assert "--oversubscribe" not in p.stdout and "--timing paced" not in p.stdout
