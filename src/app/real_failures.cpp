@@ -173,14 +173,18 @@ double TrainingRun::complete_handover(int s, const StepEvents& ev, bool joining,
   }
 }
 
-// Whether take_over() will serve every rank in `lost` (which are not empty), under a policy that
-// heals rather than reloads (restart reloads the checkpoint once a replica is whole again).
-bool TrainingRun::taken_over_at_once(const std::vector<int>& lost) const {
-  if (lost.empty() || !spares_ || o_.spare_use != SpareUse::Takeover || o_.policy == Policy::Restart) return false;
-  std::vector<int> served;
-  for (const auto& [key, rank] : spares_.pool->choose(members_.dead(), members_.hosts)) served.push_back(rank);
-  return std::all_of(lost.begin(), lost.end(),
-                     [&](int r) { return std::find(served.begin(), served.end(), r) != served.end(); });
+// The repair's change of configuration: the policy's over the survivors, or none yet where spares
+// take every rank lost here over at once (take_over(): the one reconfiguration of their handover
+// heals them in, and the survivors do not first shrink to the lost ranks' absence). Not under
+// restart, which reloads the checkpoint once a replica is whole again.
+Recovery TrainingRun::reconfigure_survivors(const std::vector<int>& lost) {
+  bool at_once = !lost.empty() && spares_ && o_.spare_use == SpareUse::Takeover && o_.policy != Policy::Restart;
+  if (at_once) {
+    std::vector<int> served;
+    for (const auto& [key, rank] : spares_.pool->choose(members_.dead(), members_.hosts)) served.push_back(rank);
+    for (int r : lost) at_once = at_once && std::find(served.begin(), served.end(), r) != served.end();
+  }
+  return at_once ? trainer_->forget(members_.training()) : trainer_->reconfigure(members_.training());
 }
 
 // --spare-use takeover, right after the repair of a death: spares take the dead ranks now, when the
@@ -288,10 +292,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       }
       const int steps_before = trainer_->steps_taken();
       stragglers_.resync(members_.evicted, trainer_->rank_speeds());
-      // Spares that take every rank lost here over at once are healed in by the one reconfiguration
-      // of their handover: the survivors do not first shrink to the lost ranks' absence.
-      const Recovery rc = taken_over_at_once(lost) ? trainer_->forget(members_.training())
-                                                   : trainer_->reconfigure(members_.training());
+      const Recovery rc = reconfigure_survivors(lost);
       release_free_memory();
       const RecoveryFigures f = figures(rc, steps_before);
       stop_if_no_way_forward(s);

@@ -149,7 +149,7 @@ class TrainingRun {
   JoinMessage join_message(int s, const std::vector<int>& ranks) const;
   std::unique_ptr<Comm> spawn_replacements(const JoinMessage& m);
   std::unique_ptr<Comm> hand_to_spares(const JoinMessage& m, const std::vector<std::pair<int, int>>& assign);
-  bool taken_over_at_once(const std::vector<int>& lost) const;
+  Recovery reconfigure_survivors(const std::vector<int>& lost);
   double take_over(int s, const std::vector<int>& lost);
   void release_spares();
   double reconfigure(int s, const StepEvents& ev);

@@ -64,7 +64,7 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
     be_.residual_forward(a.res3, a.res2, a.fcproj, long(BT) * d);
   }
   if (!st.last_stage) {
-    if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+    pace_compute(Phase::Forward, compute0, local_forward_flops(B));
     return 0.0;
   }
   const float* top = layer_input(m_.layers);
@@ -74,7 +74,7 @@ double GptModel::forward(const int* tokens, const int* targets, int B) {
   vocab_parallel_cross_entropy_forward(tp, losses_, ce_max_, ce_sums_, logits_, ids_.targets, ids_.vocab_rows, BT, Vl);
 
   const double sum = sum_losses(losses_, BT);
-  if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+  pace_compute(Phase::Forward, compute0, local_forward_flops(B));
   return sum;
 }
 
@@ -114,7 +114,7 @@ void GptModel::backward(float dloss, BackwardObserver* observer) {
   }
   if (st.first_stage)
     vocab_parallel_embedding_backward(tp, grad(kWte), grad(kWpe), dres_, ids_.tokens, ids_.vocab_rows, B, T, d);
-  if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));
+  pace_compute(Phase::Backward, compute0, 2 * local_forward_flops(B));
 }
 
 double GptModel::tp_bytes_per_step(const ModelConfig& m, int B, int T) {

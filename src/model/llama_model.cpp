@@ -79,7 +79,7 @@ double LlamaModel::forward(const int* tokens, const int* targets, int B) {
     mlp_forward(tp, l, B);
   }
   if (!st.last_stage) {
-    if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+    pace_compute(Phase::Forward, compute0, local_forward_flops(B));
     return 0.0;
   }
   be_.rmsnorm_forward(lnf_, rstdf_, layer_input(m_.layers), param(llama_norm(m_)), BT, d);
@@ -87,7 +87,7 @@ double LlamaModel::forward(const int* tokens, const int* targets, int B) {
   vocab_parallel_cross_entropy_forward(tp, losses_, ce_max_, ce_sums_, logits_, ids_.targets, ids_.vocab_rows, BT,
                                        local_vocab_);
   const double sum = sum_losses(losses_, BT);
-  if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Forward) - compute0, local_forward_flops(B));
+  pace_compute(Phase::Forward, compute0, local_forward_flops(B));
   return sum;
 }
 
@@ -146,7 +146,7 @@ void LlamaModel::backward(float dloss, BackwardObserver* observer) {
   }
   if (st.first_stage)
     vocab_parallel_embedding_backward(tp, grad(kEmbedTokens), nullptr, dres_, ids_.tokens, ids_.vocab_rows, B, T_, d);
-  if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(Phase::Backward) - compute0, 2 * local_forward_flops(B));
+  pace_compute(Phase::Backward, compute0, 2 * local_forward_flops(B));
 }
 
 }  // namespace ntp

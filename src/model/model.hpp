@@ -91,6 +91,10 @@ class Model {
   TpContext begin_backward();
   // Sum of the B*T token losses in `losses` (backend memory).
   double sum_losses(const float* losses, int BT);
+  // Paced timing: the compute of `phase` since its clock read `since` is charged `flops`.
+  void pace_compute(Phase phase, double since, double flops) {
+    if (timing_.pacer) timing_.pacer->pace_compute(timing_.clock->elapsed(phase) - since, flops);
+  }
 
   Backend& be_;
   ModelConfig m_;

@@ -51,8 +51,8 @@ Trainer::Trainer(const Options& o, Comm& world, int max_batch)
   shard_.model = make_model(cfg_.replicas[q], cfg_.tp_index_of(topo_.world_rank), cfg_.stage_of(topo_.world_rank));
   shard_.model->init_params(o.seed);
   shard_.opt = std::make_unique<AdamW>(*device_.backend, shard_.model->layout(), o.opt);
-  shard_.sync = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(topo_.world_rank), *groups_.tp, groups_.slot.get(), shard_.model->layout(), *device_.backend,
-                                     clock_, pacer_);
+  shard_.sync = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(topo_.world_rank), *groups_.tp, groups_.slot.get(),
+                                           shard_.model->layout(), *device_.backend, clock_, pacer_);
   feed_.tokens.resize(std::size_t(max_batch) * o.seq);
   feed_.targets.resize(feed_.tokens.size());
 }

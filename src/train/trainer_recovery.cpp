@@ -232,8 +232,8 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   }
   const int q = cfg_.replica_of(me);
   if (q >= 0)
-    shard_.sync = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *groups_.tp, groups_.slot.get(), shard_.model->layout(), *device_.backend,
-                                       clock_, pacer_);
+    shard_.sync = std::make_unique<GradSync>(cfg_, q, cfg_.tp_index_of(me), *groups_.tp, groups_.slot.get(),
+                                             shard_.model->layout(), *device_.backend, clock_, pacer_);
   else
     shard_.sync.reset();
   rec.heal = seconds_since(t0);
