@@ -28,10 +28,12 @@
 #include "kernels/cpu/reference/rmsnorm.hpp"
 #include "kernels/cpu/reference/rope.hpp"
 #include "kernels/cpu/reference/swiglu.hpp"
+#include "kernels/cpu/reference/zero.hpp"
 #include "kernels/cpu/residual.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/swiglu.hpp"
+#include "kernels/cpu/zero.hpp"
 #include "kernel_check.hpp"
 
 namespace {
@@ -156,6 +158,25 @@ TEST(AdamW, UpdateAndSumSquares) {
     EXPECT_NEAR(s, s_ref, 1e-12 * std::max(1.0, s_ref));
   }
   EXPECT_EQ(ntp::cpu::sum_squares(nullptr, 0), 0.0);
+  // Above the kernel's stream threshold too (several OpenMP blocks, four streams each, a tail).
+  const long big = (1L << 22) + 4099;
+  Vec x = rng.vec(big);
+  const double s = ntp::cpu::sum_squares(x.data(), big), s_ref = ntp::ref::sum_squares(x.data(), big);
+  // Summed in another order: within twice the bound of a sum of n positive doubles, n u.
+  EXPECT_NEAR(s, s_ref, 2.0 * double(big) * 0x1p-53 * s_ref);
+}
+
+// memset's job, and above 16 MB streaming stores from every thread: from an unaligned start, with
+// a tail, nothing written outside [p, p + n).
+TEST(Zero, MatchesReference) {
+  SEEDED_RNG(rng);
+  for (long n : {0L, 1L, 13L, 4099L, (1L << 22) + 4099}) {
+    SCOPED_TRACE(shape({n}));
+    Vec x = rng.vec(n + 8, 0.5f, 1.0f), x_ref = x;
+    ntp::cpu::zero(x.data() + 3, n);
+    ntp::ref::zero(x_ref.data() + 3, n);
+    EXPECT_EQ(x, x_ref);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include "kernels/cpu/rmsnorm.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/swiglu.hpp"
+#include "kernels/cpu/zero.hpp"
 
 namespace ntp {
 
@@ -37,9 +38,7 @@ class CpuBackend final : public Backend {
   void release(float* p) override { std::free(p); }
   // Zero-length moves are legal with null pointers (a tensor another pipeline stage holds has no
   // elements here); memset and memcpy are not.
-  void zero(float* p, std::size_t n) override {
-    if (n > 0) std::memset(p, 0, n * sizeof(float));
-  }
+  void zero(float* p, std::size_t n) override { cpu::zero(p, static_cast<long>(n)); }
   void copy(float* dst, const float* src, std::size_t n) override {
     if (n > 0) std::memcpy(dst, src, n * sizeof(float));
   }
