@@ -235,6 +235,25 @@ TEST(PipelineRecovery, NonuniformTpAcrossReplicas) {
   }
 }
 
+// Every step's loss against the one-rank reference's, then the parameters `run` saves to `path`
+// against the reference's (collective; rank 0 prints the difference after `what`). The file stays.
+void expect_matches_reference(Trainer& run, Trainer& ref, const std::vector<double>& losses,
+                              const std::vector<double>& ref_losses, const std::string& path, const std::string& what) {
+  for (std::size_t s = 0; s < losses.size(); ++s)
+    EXPECT_NEAR(losses[s], ref_losses[s], kTol * ref_losses[s]) << "step " << s + 1;
+  auto world = world_comm();
+  run.save_checkpoint(path);
+  world->barrier();
+  const ModelConfig& m = ref.model().layout().model();
+  const ParamDiff diff = compare_params(m, read_checkpoint_params(path, m), canonical_params(ref.model()),
+                                        key_bias_bound(1e-3, int(losses.size())));
+  EXPECT_TRUE(diff.within(kTol, kTensorTolAfterAdamW)) << diff.describe();
+  world->barrier();  // every rank has read the file
+  if (world->rank() == 0)
+    std::printf("[ measured ] %s: parameters after %zu steps %s\n", what.c_str(), losses.size(),
+                diff.describe().c_str());
+}
+
 // A replica rebalanced by speed (--straggler-policy rebalance): rank 2 at half speed gets a smaller
 // share of replica 0's MLP columns and vocabulary rows (tiny's four heads stay one per rank) and
 // replica 0 a cut batch, healed into place by the reshard primitive; then back to the even split.
@@ -272,21 +291,9 @@ TEST(Rebalance, BySpeedMatchesOneRank) {
     run.reconfigure(std::vector<char>(8, 1));
     EXPECT_TRUE(run.configuration().uniform());
     step({2, 2});
-    for (std::size_t s = 0; s < losses.size(); ++s)
-      EXPECT_NEAR(losses[s], ref_losses[s], kTol * ref_losses[s]) << "step " << s + 1;
     const std::string path = tmp_path("rebalanced.h5", seed);
-    run.save_checkpoint(path);
-    world->barrier();
-    const ModelConfig& m = ref.model().layout().model();
-    const ParamDiff diff = compare_params(m, read_checkpoint_params(path, m), canonical_params(ref.model()),
-                                          key_bias_bound(1e-3, int(losses.size())));
-    EXPECT_TRUE(diff.within(kTol, kTensorTolAfterAdamW)) << diff.describe();
-    world->barrier();  // every rank has read the file
-    if (world->rank() == 0) {
-      std::printf("[ measured ] %s rebalanced replica (rank 2 at half speed): parameters after %zu steps %s\n",
-                  name.c_str(), losses.size(), diff.describe().c_str());
-      std::filesystem::remove(path);
-    }
+    expect_matches_reference(run, ref, losses, ref_losses, path, name + " rebalanced replica (rank 2 at half speed)");
+    if (world->rank() == 0) std::filesystem::remove(path);
     world->barrier();
   }
 }
@@ -330,20 +337,9 @@ TEST(Takeover, ForgottenRanksAreHealedInOneReconfiguration) {
     world->allreduce_sum(&bytes, 1);
     EXPECT_GT(bytes, 0);
     step(), step();
-    for (std::size_t s = 0; s < losses.size(); ++s)
-      EXPECT_NEAR(losses[s], ref_losses[s], kTol * ref_losses[s]) << "step " << s + 1;
     const std::string path = tmp_path("taken-over.h5", seed);
-    run.save_checkpoint(path);
-    world->barrier();
-    const ModelConfig& m = ref.model().layout().model();
-    const ParamDiff diff = compare_params(m, read_checkpoint_params(path, m), canonical_params(ref.model()),
-                                          key_bias_bound(1e-3, int(losses.size())));
-    EXPECT_TRUE(diff.within(kTol, kTensorTolAfterAdamW)) << diff.describe();
-    world->barrier();  // every rank has read the file
-    if (world->rank() == 0) {
-      std::printf("[ measured ] %s ranks 1 and 6 taken over, healed in one reconfiguration: parameters after %zu "
-                  "steps %s\n", name.c_str(), losses.size(), diff.describe().c_str());
-    }
+    expect_matches_reference(run, ref, losses, ref_losses, path,
+                             name + " ranks 1 and 6 taken over, healed in one reconfiguration");
     alive.assign(8, 1);
     alive[1] = alive[5] = 0;
     run.forget(alive);
