@@ -295,7 +295,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       const Recovery rc = reconfigure_survivors(lost);
       release_free_memory();
       const RecoveryFigures f = figures(rc, steps_before);
-      stop_if_no_way_forward(s);
+      // Recorded before any verdict on the run: a death that ends it (exit 3) is a death too.
       if (root()) {
         record_->record_repair(s, schedule_, repairs, lost, {t_attempt, clock.first_notice, clock.last_notice, clock.repair}, f, hung);
         if (spares_) record_->record_spares_lost(s, clock.first_notice, *spares_.pool, spares_lost, spares_hung);
@@ -303,6 +303,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
       recorded.insert(recorded.end(), lost.begin(), lost.end());
       spares_lost.clear();
       repairs.clear();
+      stop_if_no_way_forward(s);
       take_over(s, lost);
       total += (now() - t_notice);
       return total;

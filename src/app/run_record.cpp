@@ -555,6 +555,7 @@ void RunRecord::note_overrun(double ratio) { worst_overrun_ = std::max(worst_ove
 
 void RunRecord::abandon(double wall, const std::string& why) {
   write_summary(wall);
+  rec_->mark_stopped(why);
   std::fprintf(stderr, "ntpbench: error: %s; the results file holds every step so far: %s\n", why.c_str(),
                o_.out.c_str());
 }

@@ -393,6 +393,12 @@ PacedVerdict Recorder::paced_verdict() const {
   return v;
 }
 
+void Recorder::mark_stopped(const std::string& why) {
+  h5::set_attr(file_->id(), "summary", "status", std::string("stopped"));
+  h5::set_attr(file_->id(), "summary", "stop_reason", why);
+  flush();
+}
+
 void Recorder::set_summary(const std::string& name, double value) {
   h5::ensure_groups(file_->id(), "summary");
   h5::set_attr(file_->id(), "summary", name, value);

@@ -145,6 +145,8 @@ class Recorder {
   void write_summary(double wall_seconds, int ranks, double peak_gflops, bool paced);
   PacedVerdict paced_verdict() const;
   void set_summary(const std::string& name, double value);
+  // A run that ended before its last step (exit 3 or 4): /summary status `stopped`, and why.
+  void mark_stopped(const std::string& why);
   const std::vector<StepRow>& rows() const { return rows_; }
   void flush();
 

@@ -246,6 +246,7 @@ def test_no_way_forward_ends_the_run_with_the_dead_ranks_named(tmp_path):
     assert "no replica can train" in output and "[1]" in output, output
     s = steps(out)
     assert len(s) >= 3 and (s["tokens_committed"] == s["tokens"]).all()
+    expect_stopped_with_the_death_recorded(out, 1)
 
 
 def test_a_revival_that_cannot_help_is_no_way_forward(tmp_path):
@@ -260,6 +261,36 @@ def test_a_revival_that_cannot_help_is_no_way_forward(tmp_path):
     assert "no revival is scheduled that would let one train again" in output and "[3]" in output, output
     s = steps(out)
     assert 3 <= len(s) < 30, len(s)
+    expect_stopped_with_the_death_recorded(out, 3)
+
+
+def expect_stopped_with_the_death_recorded(out, rank):
+    """A run ended by a death (exit 3) holds that death like any other: a kill event, the process's
+    incarnation ended, and a /summary that says the run stopped (not `ok`)."""
+    details = kill_details(out)
+    assert [r for _, r, _ in details].count(rank) == 1, details
+    inc = incarnations(out)
+    assert np.isfinite(inc[inc["rank"] == rank]["t_end"]).all(), inc
+    with h5py.File(out, "r") as f:
+        summary = dict(f["summary"].attrs)
+    assert summary["status"] == b"stopped" or summary["status"] == "stopped", summary
+    assert "no replica can train" in str(summary["stop_reason"]), summary
+
+
+def test_a_death_while_every_replica_idles_is_recorded(tmp_path):
+    """Under restart every replica idles once rank 1 is dead (its revival is at step 30); rank 2 then
+    killed from outside leaves no replica that revival could bring back: exit 3, and the death is
+    in the file (it once ended the run unrecorded, with its process alive in /ranks/incarnations and
+    a /summary that said ok)."""
+    out = tmp_path / "idle-death.h5"
+    text = "events:\n  - {step: 3, kill: [1], at: backward}\n  - {step: 30, revive: [1]}\n"
+    code, output = run_and_kill(out, 4, [*TINY, "--tp", 2, "--steps", 40, "--policy", "restart", "--checkpoint-every",
+                                         2, "--schedule", schedule(tmp_path, text)], victim=2, min_steps=6)
+    assert code == 3, output
+    assert "[1, 2]" in output, output
+    s = steps(out)
+    assert (s["samples"][5:] == 0).all(), s["samples"]  # it died while every replica idled
+    expect_stopped_with_the_death_recorded(out, 2)
 
 
 def test_a_replacement_that_became_the_recorder_carries_the_verdict(tmp_path):
