@@ -204,7 +204,9 @@ readme-demo: py-deps
 # Chaos (tests/chaos/chaos.py): CHAOS_SEEDS seeded schedules from CHAOS_FIRST, each mixing kills at
 # every phase (in a repair too), hangs and slow episodes, on a drawn job (policy, spares, straggler
 # policy, TP x DP or TP x PP x DP, gpt2 or llama) under real kills, CHAOS_STEPS steps each: every run
-# must finish in time, leave no process, record each death once, replay and add up. One line per
+# must finish in time and pass tests/chaos/verdict.py's rules (the schedule's deaths only, each recorded once; exit 3 only
+# where the schedule leaves no replica; revivals done; full degree at the end; stragglers acted on;
+# nothing left running or in /dev/shm), replay and add up. One line per
 # seed; a failing seed prints the command that reproduces it. CHAOS_ALSO: seeds run after the range
 # (150 and 198 lost a survivor to SIGPIPE until src/comm/fault.hpp's ignore_broken_links).
 CHAOS_SEEDS ?= 20

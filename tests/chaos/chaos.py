@@ -5,17 +5,16 @@ Each seed draws a job (policy, spares, straggler policy, TP x DP or TP x PP x DP
 and a schedule of explicit events: kills at every phase (start, forward, backward, sync,
 optimizer, `repair`: in the repair of another kill of its step, and `handover`: in the handover
 of a revival of its step), hangs, slow episodes, several in one step, each killed rank revived
-some steps later. The run goes under real kills (ULFM) with a deadline, and must:
-
-- exit 0 (or 3: failures left no replica able to train, the documented outcome);
-- leave no process of its own behind;
-- record every death once: a `kill` event per scheduled kill and hang, and as many ended
-  incarnations in /ranks/incarnations as deaths (each death ends one process);
-- replay on one rank (`ntpbench --replay`: AGREES);
-- have a /summary that `analysis report` recomputes from the rows (its parts add up).
+some steps later. The run goes under real kills (ULFM) with a deadline, and is judged by
+tests/chaos/verdict.py from its results file, its schedule and its exit code alone (the deaths are
+the schedule's, each recorded once; exit 3 only where the schedule leaves no replica; every
+revival happened; full degree at the end; no needless checkpoint reload; every straggler acted
+on; no process and nothing in /dev/shm left behind), then must replay on one rank
+(`ntpbench --replay`: AGREES) and have a /summary that `analysis report` recomputes from the rows.
 
 One line per seed, a table at the end, and for each failing seed the command that reproduces it.
 Usage: chaos.py BUILD_DIR OUT_DIR --seeds N [--first S] [--steps K] [--timeout SECONDS]
+       chaos.py --check-only RUN.h5 SCHEDULE.yaml --rc N [--build BUILD_DIR]   (judge one run)
 """
 from __future__ import annotations
 
@@ -28,9 +27,10 @@ import subprocess
 import sys
 import time
 
-import h5py
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import verdict  # noqa: E402  tests/chaos/verdict.py: the rules a run is judged by
 PHASES = ("start", "forward", "backward", "sync", "optimizer")
 SPARES = 3  # spare processes of a job with spares, and so its most deaths (one spare each)
 
@@ -147,48 +147,59 @@ def run(cmd: list[str], env: dict, timeout: float) -> tuple[int, str]:
         return 124, str(e)
 
 
-def leftover(out: pathlib.Path) -> list[str]:
-    p = subprocess.run(["pgrep", "-af", str(out)], capture_output=True, text=True)
-    return [l for l in p.stdout.splitlines() if "pgrep" not in l]
-
-
-def check(build: pathlib.Path, out: pathlib.Path, events: list[dict], rc: int, log: str) -> list[str]:
-    problems = []
-    if rc not in (0, 3):
-        problems.append(f"exit {rc}")
+def check(build: pathlib.Path, out: pathlib.Path, events: list[dict], rc: int, log: str = "",
+          shm_before: set[str] | None = None) -> list[str]:
+    """verdict.check_run's rules, then the replay (a run that reached its end) and the report."""
     if not out.exists():
-        return problems + ["no results file"]
-    try:
-        with h5py.File(out, "r") as f:
-            ev = f["events"][()]
-            kinds = [k.decode() for k in ev["kind"]]
-            kills = sorted(int(r) for r, k in zip(ev["rank"], kinds) if k == "kill")
-            inc = f["ranks/incarnations"][()]
-            ended = int((~(inc["t_end"] != inc["t_end"])).sum())  # not NaN
-            complete = "summary" in f
-    except (OSError, KeyError) as e:
-        return problems + [f"unreadable results: {e}"]
-    scheduled = sorted(r for e in events for k in ("kill", "hang") for r in e.get(k, []))
-    if kills != scheduled and not (len(kills) > len(scheduled) and all(kills.count(r) >= scheduled.count(r)
-                                                                       for r in set(scheduled))):
-        problems.append(f"kill events {kills} for scheduled deaths {scheduled}")
-    if ended < len(kills):
-        problems.append(f"{ended} incarnations ended for {len(kills)} deaths")
-    if rc == 0 and not complete:
-        problems.append("no /summary")
+        return ([f"exit {rc}"] if rc not in (0, 3) else []) + ["no results file"]
+    problems = verdict.check_run(out, events, rc, shm_before)
     if rc == 0:
         rep = subprocess.run([str(build / "ntpbench"), "--replay", str(out), "--quiet"], capture_output=True,
                              text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
         if rep.returncode != 0 or "AGREES" not in rep.stdout:
-            problems.append("replay: " + (rep.stdout + rep.stderr).strip().splitlines()[-1][:200])
-        report = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out)],
-                                capture_output=True, text=True, cwd=ROOT, timeout=300)
-        if report.returncode != 0:
-            problems.append("report: " + report.stderr.strip()[-200:])
+            problems.append("replay: " + ((rep.stdout + rep.stderr).strip().splitlines() or ["no output"])[-1][:200])
+    report = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "analysis", "report", str(out)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    if report.returncode != 0:
+        problems.append("report: " + report.stderr.strip()[-200:])
     return problems
 
 
+def end_leftovers(pids: list[int]) -> None:
+    """Ends what a failed run left running, so that the next seed starts clean."""
+    for pid in pids:
+        if verdict.running_ntpbench(pid):
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+
+
+def run_pids(out: pathlib.Path) -> list[int]:
+    try:
+        facts = verdict.RunFacts(out)
+        return [p for _, p, _ in facts.incarnations] + facts.spare_pids
+    except (OSError, KeyError, ValueError):
+        return []
+
+
+def check_only(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="chaos.py --check-only", description="Judge one run by verdict.py's rules.")
+    ap.add_argument("run", type=pathlib.Path)
+    ap.add_argument("schedule", type=pathlib.Path)
+    ap.add_argument("--rc", type=int, required=True, help="the run's exit code")
+    ap.add_argument("--build", type=pathlib.Path, default=ROOT / "build", help="for the replay (default build/)")
+    a = ap.parse_args(argv)
+    problems = check(a.build, a.run, verdict.load_schedule(a.schedule), a.rc)
+    for p in problems:
+        print(f"FAIL: {p}")
+    print("ok" if not problems else f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--check-only"]:
+        return check_only(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build", type=pathlib.Path)
     ap.add_argument("out", type=pathlib.Path)
@@ -213,6 +224,7 @@ def main() -> int:
         out = a.out / f"seed{seed}.h5"
         cmd = command(a.build, job, a.steps, schedule, out)
         t0 = time.time()
+        shm_before = verdict.shm_entries()
         rc, log = run(cmd, env, a.timeout)
         relaunched = rc != 0 and LAUNCHER_FAILED in log and "ntpbench" not in log and not out.exists()
         if relaunched:
@@ -220,11 +232,8 @@ def main() -> int:
             # conftest.py, launcher_did_not_start): not the run's failure; once more, and said so.
             rc, log = run(cmd, env, a.timeout)
         (a.out / f"seed{seed}.log").write_text(log)
-        problems = ["hung (deadline)"] if rc == 124 else check(a.build, out, events, rc, log)
-        left = leftover(out)
-        if left:
-            problems.append(f"{len(left)} process(es) left behind")
-            subprocess.run(["pkill", "-9", "-f", str(out)])
+        problems = ["hung (deadline)"] if rc == 124 else check(a.build, out, events, rc, log, shm_before)
+        end_leftovers(run_pids(out))
         kinds = sorted({k for e in events for k in e if k not in ("step", "at", "factor")})
         line = (f"seed {seed:>4}: {job['policy']:<7} spares {job['spares']:<8} stragglers {job['straggler']:<9} "
                 f"{job['layout']:<9} {job['model']:<5} {len(events):>2} events ({','.join(kinds)}) "
