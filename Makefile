@@ -227,7 +227,8 @@ chaos: build py-deps
 # replacement is a new process, and Open MPI keeps state and a connection on every survivor for
 # each one: bench/ulfm_respawn_cost measures that share first, with nothing of ntpbench in it, and
 # the runs are judged on their growth beyond it (analysis/soak.py; the raw growth is printed too).
-# CI runs shorter variants of both modes (.ci/run).
+# CI runs shorter variants of both modes (.ci/run). Nothing may be left in /dev/shm that no live process maps
+# (tests/shm_left.py).
 SOAK_STEPS     ?= 1000
 SOAK_KILL_MODE ?= signal
 SOAK_TIMEOUT   ?= 1200
@@ -238,7 +239,7 @@ SOAK_LIBRARY_COST = $(SOAK_OUT)/library-cost.json
 
 .PHONY: soak
 soak: build py-deps
-	@mkdir -p $(SOAK_OUT); fail=0; cost=; \
+	@mkdir -p $(SOAK_OUT); fail=0; cost=; $(PY) tests/shm_left.py snapshot $(SOAK_OUT)/shm-before.txt; \
 	if [ "$(SOAK_KILL_MODE)" = signal ]; then \
 	  echo "== soak: what Open MPI itself keeps per replaced process (bench/ulfm_respawn_cost, $(RANKS) ranks)"; \
 	  if tests/timeout_with_stacks.sh 300 $(MPIRUN) -np $(RANKS) $(BUILD)/bench/ulfm_respawn_cost --cycles 30 --timeout 240 \
@@ -256,6 +257,7 @@ soak: build py-deps
 	  $(NTPBENCH) --replay $(SOAK_OUT)/$$p.h5 || fail=1; \
 	done; \
 	$(PY) -m analysis soak $$cost $(DEMO_POLICIES:%=$(SOAK_OUT)/%.h5) || fail=1; \
+	$(PY) tests/shm_left.py check $(SOAK_OUT)/shm-before.txt || fail=1; \
 	exit $$fail
 
 # Stragglers (README "Stragglers"): 8 ranks of `small` (TP 4 x DP 2, B = 8) under paced timing,

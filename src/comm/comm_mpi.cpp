@@ -13,11 +13,13 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm.hpp"
 #include "comm_mpi.hpp"
@@ -403,6 +405,24 @@ std::unique_ptr<Comm> join_parent() {
   return group;
 }
 
+namespace {
+// Open MPI's shared-memory segments this process maps (/dev/shm/sm_segment.*, 16 MB each) when it
+// was started without a launcher (a singleton: --replay, a one-rank run). A launcher removes its
+// job's segments when the job ends, a killed rank's included; nothing removes a singleton's, and a
+// day of replays left dozens behind. A singleton is their only user, so it removes them itself.
+std::vector<std::string> singleton_segments() {
+  std::vector<std::string> out;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) return out;  // launched (mpirun, srun, a spawn): the launcher's
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const auto at = line.find("/dev/shm/sm_segment.");
+    if (at != std::string::npos && std::find(out.begin(), out.end(), line.substr(at)) == out.end())
+      out.push_back(line.substr(at));
+  }
+  return out;
+}
+}  // namespace
+
 int finish_mpi(int code) {
   if (!repaired()) {
     // One process carries the verdict. When every process of a job exits non-zero, Open MPI
@@ -414,7 +434,9 @@ int finish_mpi(int code) {
     // MPI_Finalize's closing fence completed, so world rank 0 is alive and returns `code`.
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const std::vector<std::string> segments = singleton_segments();
     MPI_Finalize();
+    for (const std::string& path : segments) unlink(path.c_str());
     return rank == 0 ? code : 0;
   }
   // Open MPI 5.0.11 can hang for ever in MPI_Finalize (its closing fence) once processes of the

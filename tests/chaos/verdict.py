@@ -26,11 +26,15 @@ import json
 import math
 import os
 import pathlib
+import sys
 from collections import Counter
 
 import h5py
 import numpy as np
 import yaml
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from shm_left import left_behind, shm_entries  # noqa: E402,F401  tests/shm_left.py (shm_entries: for callers)
 
 
 def load_schedule(path: str | os.PathLike) -> list[dict]:
@@ -193,7 +197,8 @@ def check_run(path: str | os.PathLike, events: list[dict], rc: int, shm_before: 
             problems.append(f"step {s}: straggler rank {r} not acted on by --straggler-policy {facts.straggler_policy}")
 
     # Processes: one incarnation per life, ended but for a live rank's last, none still running.
-    lives = Counter(r for _, r, _ in facts.of_kind("revive", "takeover"))
+    # A takeover is recorded with a `revive` of the same rank and step: one new life.
+    lives = Counter(r for _, r in {(s, r) for s, r, _ in facts.of_kind("revive", "takeover")})
     for rank in range(facts.trainers):
         mine = [(pid, t_end) for r, pid, t_end in facts.incarnations if r == rank]
         if len(mine) != 1 + lives[rank]:
@@ -212,7 +217,7 @@ def check_run(path: str | os.PathLike, events: list[dict], rc: int, shm_before: 
         problems.append(f"{len(left)} process(es) of the run still running: pids {left}")
 
     if shm_before is not None:
-        new = sorted(shm_entries() - shm_before - shm_in_use())
+        new = left_behind(shm_before)
         if new:
             problems.append(f"left in /dev/shm: {', '.join(new)}")
     return problems
@@ -224,28 +229,3 @@ def running_ntpbench(pid: int) -> bool:
         return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("ntpbench")
     except OSError:
         return False
-
-
-def shm_in_use() -> set[str]:
-    """The /dev/shm entries a live process maps (another job's, running beside this one): what a
-    run left behind is what nobody maps any more."""
-    used = set()
-    for proc in pathlib.Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for line in (proc / "maps").read_text().splitlines():
-                if "/dev/shm/" in line:
-                    used.add(line.split("/dev/shm/", 1)[1].split("/")[0].split(" ")[0])
-        except OSError:
-            continue
-    return used
-
-
-def shm_entries() -> set[str]:
-    """What ntpbench's runs leave in /dev/shm when they leave anything: Open MPI's shared-memory
-    segments and the hang watch's record directories."""
-    try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith(("sm_segment.", "ntpbench-"))}
-    except OSError:
-        return set()

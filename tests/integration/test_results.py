@@ -5,13 +5,14 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import ENV, MPIRUN, NTPBENCH, ROOT, ntpbench, schedule
+from conftest import ENV, MPIRUN, NTPBENCH, ROOT, ntpbench, replay, schedule
 
 STEP_FIELDS = {
     "step": "i8", "optimizer_step": "i8", "t_start": "f8", "t_end": "f8", "sample_begin": "i8", "samples": "i8",
@@ -250,3 +251,18 @@ def test_wall_timing_on_shared_cores_is_said_once_and_recorded(tmp_path):
         assert ("shared_cores" in f.attrs) == shared
         if shared:
             assert f.attrs["shared_cores"] == f"{4 / os.cpu_count():.2g} ranks per core on the most crowded host"
+
+
+def test_a_run_without_a_launcher_leaves_no_shared_memory(tmp_path):
+    """A one-rank run and its --replay started without mpirun (singletons): Open MPI leaves each one's
+    16 MB shared-memory segment in /dev/shm and nothing else removes it, so ntpbench does at its end
+    (a launcher removes its own job's, killed ranks' included)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from shm_left import left_behind, shm_entries
+    before = shm_entries()
+    out = tmp_path / "single.h5"
+    p = subprocess.run([str(NTPBENCH), "--preset", "tiny", "--tp", "1", "--steps", "2", "--quiet", "--out", str(out)],
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    replay(out)
+    assert left_behind(before) == []
