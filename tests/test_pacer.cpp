@@ -212,3 +212,30 @@ TEST(Pacer, AnEmulatedShapeChargesItsOwnCosts) {
   // Parameters: 50 x 0.5 the bytes, once.
   EXPECT_NEAR(p.transfer_seconds(1e6, 2, Link::Dp, Traffic::Parameters), 20e-6 + 25 * 2 * kMs, kNs);
 }
+
+// What the paced calls cover, so that the rest of a step's real time is the host's own work: a
+// compute phase to the end of its sleep, a wait to the end of its sleep; bookkeeping between them
+// is not covered.
+TEST_F(PacerTest, TheCoveredSecondsLeaveTheHostsOwnTimeOut) {
+  clock.advance(0.5 * kMs);                        // real compute, then its pacing to 2 ms
+  pacer.pace_compute(0.5 * kMs, 2e6);
+  clock.advance(0.3 * kMs);                        // the host's bookkeeping, unpaced
+  const auto t = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);
+  pacer.wait(t, clock.now());                      // 1 ms on the link
+  EXPECT_NEAR(clock.since(t0), 3.3 * kMs, kNs);
+  EXPECT_NEAR(pacer.take_covered_seconds(), 3.0 * kMs, kNs);  // 0.3 ms was the host's
+  EXPECT_EQ(pacer.take_covered_seconds(), 0);
+
+  // A phase that ran over covers its real time (the overrun is counted as such, not twice).
+  clock.advance(4 * kMs);
+  pacer.pace_compute(4 * kMs, 2e6);
+  EXPECT_NEAR(pacer.take_covered_seconds(), 4 * kMs, kNs);
+  EXPECT_NEAR(pacer.take_overrun_seconds(), 2 * kMs, kNs);
+
+  // A wait that began after the transfer's end covers nothing of the lateness before it.
+  const auto late = pacer.post(1e6, 1, Link::Tp, Traffic::Activations);
+  clock.advance(5 * kMs);
+  const auto began = clock.now();
+  pacer.wait(late, began);
+  EXPECT_NEAR(pacer.take_covered_seconds(), 0, kNs);
+}

@@ -1,6 +1,7 @@
 #include "paced_machine.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -8,6 +9,8 @@
 
 #include "comm.hpp"
 #include "machine_profile.hpp"
+#include "phase_clock.hpp"
+#include "recorder.hpp"
 #include "trainer.hpp"
 
 namespace ntp {
@@ -48,6 +51,20 @@ double worst_ratio(Pacer& p, Comm& group, bool links) {
   p.reset_counters();
   return w;
 }
+
+// One dry step at the pacer's rates: the worst ratio of real to emulated time of its phases, and
+// of the host's own time outside them to what the verdict allows of a step (kPacedOverrunLimit):
+// that time does not shrink with the factor, so the step must grow around it.
+double dry_step_ratio(Trainer& trainer, Comm& group) {
+  Pacer& p = trainer.pacer();
+  p.take_covered_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  trainer.dry_step();
+  const double wall = seconds_since(t0);
+  double host = wall > 0 ? std::max(0.0, wall - p.take_covered_seconds()) / wall / kPacedOverrunLimit : 0.0;
+  group.allreduce_max(&host, 1);
+  return std::max(worst_ratio(p, group, true), host);
+}
 }  // namespace
 
 Calibration calibrate_time_scale(const Options& o, Trainer& trainer, Comm& group) {
@@ -72,10 +89,8 @@ Calibration calibrate_time_scale(const Options& o, Trainer& trainer, Comm& group
     // Two dry steps, the better one: a rank descheduled once by another process on this machine
     // would otherwise ask for a factor many times larger than its work needs (the verdict
     // tolerates such rare moments; an overrun that persists shows in both).
-    trainer.dry_step();
-    const double first = worst_ratio(p, group, true);
-    trainer.dry_step();
-    c.trials.push_back({scale, std::min(first, worst_ratio(p, group, true))});
+    const double first = dry_step_ratio(trainer, group);
+    c.trials.push_back({scale, std::min(first, dry_step_ratio(trainer, group))});
     const ScaleStep next = next_time_scale(c.trials, o.headroom);
     scale = next.scale;
     c.fits = next.settled;

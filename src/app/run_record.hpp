@@ -19,6 +19,11 @@
 
 namespace ntp {
 
+// Whether some rank's peers are expected to wait on it this step, as they would on the real
+// machine: a slowed rank, replicas not alike (degrees, layouts, a boost), or a TP group whose
+// shards differ in size (4 heads over 3 ranks: 2, 1, 1). Late transfers then are waits, not overruns.
+bool peers_uneven(const Configuration& cfg, bool slowed);
+
 // The peak MFU is measured against, and where it came from.
 struct Peak {
   double gflops = 0;

@@ -42,7 +42,7 @@ std::string checkpoint_path(const Options& o, int step) {
 struct Report {
   std::array<double, kPhaseCount> phases{};
   double trained = 0, loss = 0, grad_norm = 0, overruns = 0, overrun_ratio = 0, link_overruns = 0;
-  double overrun_seconds = 0, link_overrun_seconds = 0, slowed = 0;
+  double overrun_seconds = 0, link_overrun_seconds = 0, host_seconds = 0, slowed = 0;
   double rss_bytes = -1, open_fds = -1;
   double probe_ratio = std::nan("");  // an evicted straggler's probe this step
 };
@@ -378,6 +378,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   mine.trained = r.trained, mine.loss = r.loss, mine.grad_norm = r.grad_norm, mine.overruns = r.overruns;
   mine.overrun_ratio = r.overrun_ratio, mine.link_overruns = r.link_overruns;
   mine.overrun_seconds = r.overrun_seconds, mine.link_overrun_seconds = r.link_overrun_seconds;
+  mine.host_seconds = r.host_seconds;
   mine.slowed = trainer_->pacer().slowdown() != 1.0 ? 1 : 0;
   const ProcessUsage usage = process_usage();
   mine.rss_bytes = double(usage.rss_bytes), mine.open_fds = double(usage.open_fds);
@@ -394,22 +395,33 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   members_.group().gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(), members_.recorder_index());
   if (!root()) return;
   Report agg;
-  bool overrun = false, slowed = false;
-  double link_overruns = 0, overrun_seconds = 0, link_overrun_seconds = 0;
+  bool slowed = false;
+  double link_overruns = 0, overrun_seconds = 0, link_overrun_seconds = 0, host_seconds = 0;
   for (int k = 0; k < members_.group().size(); ++k) {
     const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
     record_->set_rank_row(members_.in_group[k], rep->phases, usage_of(*rep));
     if (rep->trained && !agg.trained) agg = *rep;
-    overrun = overrun || rep->overruns > 0;
     link_overruns += rep->link_overruns;
     overrun_seconds += rep->overrun_seconds, link_overrun_seconds += rep->link_overrun_seconds;
+    host_seconds += rep->host_seconds;
     slowed = slowed || rep->slowed > 0;
     record_->note_overrun(rep->overrun_ratio);
   }
+  // Paced timing's verdict on this step: its worst rank's real time past emulated time (compute
+  // over, transfers late where no peer was expected late, the host's own time outside the paced
+  // calls), against the step's time. One late rank delays its whole replica: not an average.
+  std::vector<RankLateness> late;
+  for (int k = 0; k < members_.group().size(); ++k) {
+    const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
+    late.push_back({rep->overrun_seconds, rep->link_overrun_seconds, rep->host_seconds});
+  }
+  const double worst = worst_rank_lateness(late, peers_uneven(trainer_->configuration(), slowed));
   StepResult row = r;
-  row.loss = agg.loss, row.grad_norm = agg.grad_norm, row.overruns = overrun ? 1 : 0;
+  row.loss = agg.loss, row.grad_norm = agg.grad_norm;
+  row.overruns = o_.pacing.enabled && step_overran(worst, t_end - t_start) ? 1 : 0;
   row.link_overruns = static_cast<int>(link_overruns);
   row.overrun_seconds = overrun_seconds, row.link_overrun_seconds = link_overrun_seconds;
+  row.host_seconds = host_seconds, row.worst_rank_seconds = worst;
   record_->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds, slowed}, members_.group().size());
 }
 

@@ -379,10 +379,17 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops,
   flush();
 }
 
-PacedVerdict Recorder::paced_verdict() const {
+double worst_rank_lateness(const std::vector<RankLateness>& ranks, bool peers_uneven) {
+  double worst = 0;
+  for (const RankLateness& r : ranks) worst = std::max(worst, r.compute_over + (peers_uneven ? 0 : r.link_late) + r.host);
+  return worst;
+}
+
+PacedVerdict paced_verdict(const std::vector<StepRow>& rows) {
   PacedVerdict v;
   double link_even = 0, rank_seconds = 0, even_rank_seconds = 0;
-  for (const auto& r : rows_) {
+  for (const auto& r : rows) {
+    ++v.steps, v.steps_overran += r.paced_overrun != 0;
     const double rank_s = (r.t_end - r.t_start) * r.live_ranks;
     v.compute_seconds += r.paced_overrun_seconds, v.link_seconds += r.paced_link_overrun_seconds;
     rank_seconds += rank_s;
@@ -392,6 +399,8 @@ PacedVerdict Recorder::paced_verdict() const {
   v.link_share = even_rank_seconds > 0 ? link_even / even_rank_seconds : 0.0;
   return v;
 }
+
+PacedVerdict Recorder::paced_verdict() const { return ntp::paced_verdict(rows_); }
 
 void Recorder::mark_stopped(const std::string& why) {
   h5::set_attr(file_->id(), "summary", "status", std::string("stopped"));

@@ -3,6 +3,7 @@
 // the lowest live rank, which reopens the file and goes on). Rows are appended to extendible,
 // chunked datasets and the file is flushed after every step, so a job killed mid-run leaves a
 // file that opens and holds every completed step. See results/README.md for the schema.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -27,17 +28,38 @@ inline constexpr const char* kSchemaVersion = "1";
 template <std::size_t N>
 using FixedText = char[N];  // a fixed-length, NUL-padded string column
 
-// Paced timing: the share of the ranks' step time that real compute, or real transfers in steps
-// without expected late peers, may run past emulated time before a run is reported `overran`.
+// Paced timing: a step overran when its worst rank's real time past emulated time (compute over,
+// transfers late where no peer was expected late, the host's own time outside the paced calls) is
+// above this share of the step's time; a run is `overran` when more than this share of its steps
+// did, and more than one (a single step that a moment of the machine's own load delayed does not
+// change a run's figures; a rank late in every step, or again and again, does).
 inline constexpr double kPacedOverrunLimit = 0.01;
 
-// Paced timing's verdict from the rows: real time past emulated time, summed over the ranks, and as
-// a share of the ranks' step time: compute in every step, transfers in the steps where no peer was
-// expected to be late (a slowed rank or an uneven layout makes its peers wait, as on the machine).
+// Paced timing's verdict from the rows: the steps that overran, and, to say by how much, real time
+// past emulated time summed over the ranks as a share of the ranks' step time: compute in every
+// step, transfers in the steps where no peer was expected to be late.
 struct PacedVerdict {
+  int steps = 0, steps_overran = 0;
   double compute_seconds = 0, link_seconds = 0, compute_share = 0, link_share = 0;
-  bool overran() const { return compute_share > kPacedOverrunLimit || link_share > kPacedOverrunLimit; }
+  bool overran() const { return steps_overran > std::max(1.0, kPacedOverrunLimit * steps); }
 };
+
+// One rank's real time past emulated time in a step, as it reports it.
+struct RankLateness {
+  double compute_over = 0;  // compute phases past their emulated end
+  double link_late = 0;     // transfers that ended after their emulated end
+  double host = 0;          // outside the paced calls
+};
+// The step's worst rank: its seconds past emulated time (late transfers count only where no peer
+// was expected late: then they are waits, as on the machine). One late rank delays its replica, so
+// the worst, not an average.
+double worst_rank_lateness(const std::vector<RankLateness>& ranks, bool peers_uneven);
+// The run's verdict from its rows (Recorder::paced_verdict: its own).
+struct StepRow;
+PacedVerdict paced_verdict(const std::vector<StepRow>& rows);
+inline bool step_overran(double worst_rank_seconds, double step_seconds) {
+  return worst_rank_seconds > kPacedOverrunLimit * step_seconds;
+}
 
 // /steps: one row per executed step.
 #define NTP_STEP_COLUMNS(X)                                                                       \
@@ -58,11 +80,13 @@ struct PacedVerdict {
   X(std::int32_t, active_replicas)                                                                \
   X(double, recovery_seconds)       /* detect + reconfigure + heal before this step */            \
   X(double, idle_seconds)           /* waiting with every replica down, before this step */       \
-  X(std::int8_t, paced_overrun)     /* a paced compute phase ran over its emulated time */        \
+  X(std::int8_t, paced_overrun)     /* paced: the step overran (its worst rank past the limit) */ \
   X(std::int32_t, paced_link_overruns) /* paced transfers, all ranks, that ended after their emulated end */ \
   X(double, paced_overrun_seconds)  /* paced: seconds compute ran over emulated time, summed over ranks */ \
   X(double, paced_link_overrun_seconds) /* paced: seconds transfers ended late, summed over ranks */      \
-  X(std::int8_t, paced_peers_uneven) /* a rank slowed or a replica damaged: waits on late peers expected */
+  X(std::int8_t, paced_peers_uneven) /* a rank slowed or a replica damaged: waits on late peers expected */ \
+  X(double, paced_host_seconds)     /* paced: real seconds outside the paced calls, summed over ranks */ \
+  X(double, paced_worst_rank_seconds) /* paced: the worst rank's real time past emulated time in the step */
 
 // /events: kills, revivals and what they caused.
 #define NTP_EVENT_COLUMNS(X) \

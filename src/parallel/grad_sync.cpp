@@ -212,6 +212,8 @@ double GradSync::squared_norm(const float* grads) {
   const StageRange& stage = layout_.stage();
   // partial[i]: sharded squares of sync slot i; partial[n2]: replicated squares (slot 0 only).
   std::vector<double> partial(n2_ + 1, 0.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  double summed = 0;  // elements read
   if (tp_index_ < n2_) {
     for (int t = 0; t < layout_.tensor_count(); ++t) {
       const auto& s = layout_.specs()[t];
@@ -223,9 +225,13 @@ double GradSync::squared_norm(const float* grads) {
       if (!uniform_ && !rep)
         x = (chunks_.aligned ? grads : chunks_.buffer.data()) + chunks_.offset[t], n = long(chunks_.units[dim_index(s.dim)]) * s.unit_elems;
       partial[rep ? n2_ : tp_index_] += be_.sum_squares(x, n);
+      summed += double(n);
     }
   }
+  pacer_.pace_pass(seconds_since(t0), summed, 2, sizeof(float));
+  const auto t1 = std::chrono::steady_clock::now();
   tp_.allreduce_sum(partial.data(), partial.size());
+  pacer_.note_wait(seconds_since(t1));
   double total = 0;
   for (double v : partial) total += v;  // fixed order: identical on every replica
   return total;

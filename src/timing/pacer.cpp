@@ -81,13 +81,24 @@ void Pacer::wait(const LinkTicket& t, PaceClock::time_point began) {
   if (emulated > 0 && (now <= t.end + slack || now > late_from + slack))
     worst_link_ratio_ = std::max(worst_link_ratio_, seconds(now - t.start) / emulated);
   if (now < t.end) sleep_for(seconds(t.end - now));
+  covered_seconds_ += seconds(clock_->now() - began);
+}
+
+double Pacer::pass_seconds(double parameters, double flops_per_parameter, double bytes_per_parameter) const {
+  const double charged = parameters * c_.shape.parameter_bytes;
+  // Without a memory rate (a custom machine's default) a pass costs at least a FLOP a parameter.
+  const double flops = std::max(flops_per_parameter, c_.memory_gbps > 0 ? 0.0 : 1.0) * charged /
+                       (c_.device_gflops * 1e9 * speed_);
+  const double memory = c_.memory_gbps > 0 ? bytes_per_parameter * charged / (c_.memory_gbps * 1e9) : 0;
+  return std::max(flops, memory);
 }
 
 double Pacer::optimizer_seconds(double parameters) const {
-  const double charged = parameters * c_.shape.parameter_bytes;
-  const double flops = kAdamWFlopsPerParameter * charged / (c_.device_gflops * 1e9 * speed_);
-  const double memory = c_.memory_gbps > 0 ? kAdamWBytesPerParameter * charged / (c_.memory_gbps * 1e9) : 0;
-  return std::max(flops, memory);
+  return pass_seconds(parameters, kAdamWFlopsPerParameter, kAdamWBytesPerParameter);
+}
+
+void Pacer::pace_pass(double real, double parameters, double flops_per_parameter, double bytes_per_parameter) {
+  pace_target(real, pass_seconds(parameters, flops_per_parameter, bytes_per_parameter));
 }
 
 void Pacer::pace_compute(double real, double flops) { pace_target(real, compute_seconds(flops)); }
@@ -100,10 +111,12 @@ void Pacer::pace_target(double real, double emulated) {
     return;
   }
   const double target = emulated * slow_compute_;
+  const auto began = clock_->now() - to_duration(real);
   // A little slack for timer granularity: 2% or 50 microseconds.
   if (real > target * 1.02 + 50e-6) ++overruns_, overrun_seconds_ += real - target;
   if (target > 0) worst_ratio_ = std::max(worst_ratio_, real / target);
   sleep_rest(real, target);
+  covered_seconds_ += std::chrono::duration<double>(clock_->now() - began).count();
 }
 
 void Pacer::pace_transfer(double real, double bytes, int messages, Link group, Traffic traffic) {

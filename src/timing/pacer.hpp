@@ -124,6 +124,11 @@ class Pacer {
   // the target's parameters under --emulate-shape.
   void pace_optimizer(double real, double parameters);
   double optimizer_seconds(double parameters) const;
+  // After any other pass over the parameters or their gradients (zeroing the gradients: 4 bytes
+  // written each; their sum of squares for the global norm: 4 bytes read, 2 FLOPs), charged as the
+  // optimizer is: the longer of its FLOPs and its bytes, for the target's parameters.
+  void pace_pass(double real, double parameters, double flops_per_parameter, double bytes_per_parameter);
+  double pass_seconds(double parameters, double flops_per_parameter, double bytes_per_parameter) const;
   // After a blocking transfer that took `real` seconds: the transfer occupied its link from when it
   // began (behind what was on the link already); sleeps until its emulated end.
   void pace_transfer(double real, double bytes, int messages, Link group, Traffic traffic);
@@ -167,10 +172,22 @@ class Pacer {
   // a nonblocking exchange's real end is known only as its wait's end). With
   // take_worst_ratio, what paced timing's calibration reads.
   double take_worst_link_ratio() { return std::exchange(worst_link_ratio_, 0); }
+  // Real seconds the paced calls covered since the last call: each compute phase from its real
+  // start to the end of its sleep, each wait from its start to the end of its sleep. The rest of a
+  // step's real time is the host's own work (bookkeeping, unpaced passes), which the emulated device
+  // would not take. A sleep that wakes late on a crowded core is the machine's scheduling, not work
+  // of the rank: it is covered (and any lateness it causes a peer shows as the peer's late transfer).
+  double take_covered_seconds() { return std::exchange(covered_seconds_, 0); }
+  // `real` seconds in an unpaced collective of a few scalars (the loss, the norm's partials, the
+  // commit's vote): a wait for the slowest peer, whose lateness counts on that peer, so neither a
+  // transfer to judge nor the host's own work. Counted as covered.
+  void note_wait(double real) {
+    if (c_.enabled) covered_seconds_ += real;
+  }
   // Every counter above back to zero.
   void reset_counters() {
     overruns_ = link_overruns_ = 0;
-    worst_ratio_ = overrun_seconds_ = worst_link_ratio_ = link_overrun_seconds_ = 0;
+    worst_ratio_ = overrun_seconds_ = worst_link_ratio_ = link_overrun_seconds_ = covered_seconds_ = 0;
   }
   // Off: phases are measured but nobody sleeps (calibration at the machine's own rates, where
   // sleeping would take seconds per phase).
@@ -190,6 +207,7 @@ class Pacer {
   double worst_ratio_ = 0, overrun_seconds_ = 0;
   int link_overruns_ = 0;
   double worst_link_ratio_ = 0, link_overrun_seconds_ = 0;
+  double covered_seconds_ = 0;
   Link route_[2] = {Link::Tp, Link::Dp};
   PaceClock::time_point link_free_[2]{};  // per physical link: the end of the last transfer on it
 };

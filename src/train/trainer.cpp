@@ -201,6 +201,8 @@ StepResult Trainer::step() { return step(cfg_.batches()); }
 StepResult Trainer::step(const std::vector<int>& batch) {
   if (static_cast<int>(batch.size()) != topo_.replicas) throw std::logic_error("one batch size per replica");
   StepResult r;
+  const auto t_step = Clock::now();
+  pacer_.take_covered_seconds();  // what came before the step is not its
   r.sample_begin = progress_.cursor;
   r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);
   r.lr = o_.opt.lr_at(progress_.steps + 1);
@@ -215,6 +217,8 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   } else {
     for (StepPoint p : {StepPoint::Forward, StepPoint::Backward, StepPoint::Sync, StepPoint::Optimizer}) at(p);
   }
+  // The two collectives below wait for the slowest rank to finish its step (Pacer::note_wait).
+  const auto t_waits = Clock::now();
   // A non-finite loss or gradient norm (both global, so every trainer sees the same) stops the
   // update everywhere: every rank learns it before any parameter changes.
   if (r.samples > 0) {
@@ -229,6 +233,7 @@ StepResult Trainer::step(const std::vector<int>& batch) {
     PhaseScope s(clock_, Phase::DpComm);
     if (!group_->agree(true)) throw CommitRefused("the step did not commit: a rank failed during it");
   }
+  pacer_.note_wait(seconds_since(t_waits));
   if (r.nonfinite) {
     // --on-nonfinite skip: the batch is consumed without an update; stop: nothing advances (the
     // driver ends the run).
@@ -252,6 +257,8 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   }
   r.link_overruns = pacer_.take_link_overruns();
   r.link_overrun_seconds = pacer_.take_link_overrun_seconds();
+  if (pacer_.enabled() && trains)
+    r.host_seconds = std::max(0.0, seconds_since(t_step) - pacer_.take_covered_seconds());
   r.phase_seconds = clock_.take();
   return r;
 }
@@ -276,7 +283,11 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
   pacer_.set_speed(cfg_.replicas[q].speed);
   const long long first = progress_.cursor + std::accumulate(batch.begin(), batch.begin() + q, 0LL);
   const double global_tokens = double(r.samples) * T;
-  shard_.model->zero_grads();
+  {
+    const auto t0 = Clock::now();
+    shard_.model->zero_grads();
+    pacer_.pace_pass(seconds_since(t0), shard_.model->param_count(), 0, sizeof(float));
+  }
   const double loss_sum = pipeline(first, M, B / M, static_cast<float>(1.0 / global_tokens), at);
   at(StepPoint::Sync);
   reduce_tied_embedding();
@@ -286,7 +297,9 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
     // The global loss: the first rank of each replica's last stage contributes its replica's sum.
     PhaseScope s(clock_, Phase::DpComm);
     double contrib = cfg_.tp_index_of(topo_.world_rank) == 0 && stage == P - 1 ? loss_sum : 0.0;
+    const auto t0 = Clock::now();
     groups_.train->allreduce_sum(&contrib, 1);
+    pacer_.note_wait(seconds_since(t0));
     r.loss = contrib / global_tokens;
   }
   double squares = shard_.sync->squared_norm(shard_.model->grads());
@@ -295,7 +308,9 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
     PhaseScope s(clock_, Phase::Optimizer);
     std::vector<double> per_stage(P, 0.0);
     per_stage[stage] = squares;
+    const auto t0 = Clock::now();
     groups_.pp->allreduce_sum(per_stage.data(), per_stage.size());
+    pacer_.note_wait(seconds_since(t0));
     squares = 0;
     for (double v : per_stage) squares += v;
   }
@@ -375,7 +390,9 @@ void Trainer::pp_transfer(const float* send, int dest, float* recv, int src, std
   if (pacer_.enabled()) {
     const int peer = dest >= 0 ? dest : src;
     float out = 0, in = 0;
+    const auto met = Clock::now();
     groups_.pp->sendrecv(&out, 1, peer, &in, 1, peer);
+    pacer_.note_wait(seconds_since(met));  // the bubble: a wait for the other stage, by design
   }
   const auto t0 = Clock::now();
   groups_.pp->sendrecv(send, dest >= 0 ? n : 0, dest, recv, src >= 0 ? n : 0, src);
@@ -388,7 +405,11 @@ void Trainer::reduce_tied_embedding() {
   PhaseScope p(clock_, Phase::PpComm);
   const int t = tied_tensor(o_.model);
   const long n = shard_.model->layout().slot(t).elems;
-  if (pacer_.enabled()) groups_.embed->barrier();  // the first stage ends its backward last: meet it first (pp_transfer)
+  if (pacer_.enabled()) {  // the first stage ends its backward last: meet it first (pp_transfer)
+    const auto met = Clock::now();
+    groups_.embed->barrier();
+    pacer_.note_wait(seconds_since(met));
+  }
   const auto t0 = Clock::now();
   groups_.embed->allreduce_sum(shard_.model->grad(t), std::size_t(n));
   pacer_.pace_transfer(seconds_since(t0), double(n) * sizeof(float), 2, Link::Dp, Traffic::Parameters);  // a two-rank all-reduce

@@ -39,6 +39,8 @@ struct StepResult {
   int link_overruns = 0;     // paced transfers whose real end came after their emulated end
   double overrun_seconds = 0;       // paced: seconds compute phases ran over their emulated time
   double link_overrun_seconds = 0;  // paced: seconds transfers ended after their emulated end
+  double host_seconds = 0;          // paced: real seconds of the step outside the paced calls (the commit's waits for peers aside)
+  double worst_rank_seconds = 0;    // paced, the recorder's row: the worst rank's seconds past emulated time
   double compute_flops = 0;  // this rank's forward, backward and optimizer FLOPs (where trained)
   bool nonfinite = false;    // the loss or gradient norm was not finite: no parameter changed
   // This rank's time per phase since the previous step ended (so a step's recovery and idle
