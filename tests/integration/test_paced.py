@@ -66,15 +66,25 @@ def test_pipeline_stages_waiting_on_each_other_are_not_slow_links(tmp_path):
     """TP 2 x PP 2 x DP 2 at --time-scale auto: a stage waits for the previous one by design (the
     bubble, emulated by that stage's own pacing). Counted as transfer time, that wait grew with the
     factor and each trial asked for a larger one (1, 128, 16384, never settling); the stages now
-    meet before each transfer and time its copy alone, so a factor fits (16 on an idle 2-core
-    machine; 256 leaves room for a loaded one) and the run is judged ok."""
+    meet before each transfer and time its copy alone, so a factor fits (8 to 32 on this 2-core
+    machine: see the bound below) and the run is judged ok."""
     out = tmp_path / "pp.h5"
     p = ntpbench(8, "--preset", "llama-tiny", "--tp", 2, "--pp", 2, "--micro-batches", 4, "--steps", 3,
                  "--timing", "paced", "--machine", "dgx-a100", "--emulate-shape", "llama-8b",
                  "--out", out, "--no-final-checkpoint")
     m, summary = paced_machine(out)
     print(m["calibration"])
-    assert m["calibration"]["fits"] and m["time_scale"] <= 256, m
+    # What sets the factor: not compute (real compute is 0.1-0.4 of emulated at factor 1, which fits
+    # at 1 with headroom 2) but the TP all-reduces. Emulated, each stands for 16 of llama-8b's (32
+    # layers / 2) and is latency: 16 x 2 messages x 5 us = 160 us at factor 1 (the vocabulary-parallel
+    # loss's 128 floats add 0.06 us of bytes at 300 GB/s; the 8192 floats of activations, 3.5 us).
+    # Real, the worst two-rank all-reduce of a step among 8 processes on 2 cores takes 0.4-1 ms (a
+    # peer waiting its turn on a core): the trial at factor 1 measured 2.7-6.7x in 10 of 12 runs
+    # (8.4x and 11.8x in the others), so headroom 2 asks for 8 or 16, and a trial spoiled by one
+    # descheduled wait doubles that: 13 runs chose 8 (2), 16 (4) or 32 (7). 64 is one doubling above
+    # the largest seen (a second job on the cores); the calibration that never settled asked for
+    # 128, then 16384, and an honest one at 64 would mean links 4x slower than measured here.
+    assert m["calibration"]["fits"] and m["time_scale"] <= 64, m
     status = summary["status"]
     assert (status.decode() if isinstance(status, bytes) else status) == "ok", (summary, p.stdout)
 

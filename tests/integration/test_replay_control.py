@@ -58,7 +58,8 @@ def test_swapped_moments_of_one_shard_change_the_next_steps_beyond_tolerance(tmp
             finals.append({k: f[k][()] for k in (TENSOR, "h.0.mlp.c_proj.weight")})
     good, bad_ = finals
     rel = lambda k: np.linalg.norm(bad_[k] - good[k]) / np.linalg.norm(good[k])  # noqa: E731
-    # Beyond the per-tensor tolerance after AdamW (test_training.cpp, 1e-2): 0.032 measured; a tensor
-    # whose moments were left alone moves far less (c_proj: 8e-4, through the changed activations).
-    assert rel(TENSOR) > 1e-2, rel(TENSOR)
+    # Far beyond the per-tensor tolerance after AdamW (test_training.cpp, 2e-3): 0.032 measured, 16x
+    # over it; held to 5x. A tensor whose moments were left alone moves far less (c_proj: 8e-4,
+    # through the changed activations).
+    assert rel(TENSOR) > 5 * 2e-3, rel(TENSOR)
     assert rel("h.0.mlp.c_proj.weight") < rel(TENSOR) / 10
