@@ -331,6 +331,9 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
         return;
       }
       recovery_seconds += recover(s, e, t_start);
+      // What the interrupted attempt's pacing measured (transfers waiting on a dead peer until MPI
+      // said so) is the failure's time, recorded as `lost`: not the next attempt's lateness.
+      trainer_->pacer().reset_counters();
     }
   }
 }
