@@ -524,7 +524,7 @@ std::string RunRecord::overrun_line() const {
   const double scale = paced_rates(o_).time_scale;
   std::string line = fmt::format(
       "paced timing OVERRAN: {} of {} steps had a rank whose real time ran past emulated time by more than {:g}% of "
-      "the step (the limit is {:g}% of the steps); in all, real compute ran {:.3g} s past emulated time ({:.2g}% of "
+      "the step (a run may have {:g}% of its steps so, or one); in all, real compute ran {:.3g} s past emulated time ({:.2g}% of "
       "the ranks' step time); transfers {:.3g} s ({} in {} steps; {:.2g}% of the step time where no peer was "
       "expected late, the rest waits on slowed or uneven peers)",
       overrun_steps, rec_->rows().size(), 100 * kPacedOverrunLimit, 100 * kPacedOverrunLimit, v.compute_seconds,
