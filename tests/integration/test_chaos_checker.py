@@ -68,6 +68,11 @@ def kinds(ev):
     return np.array([k.decode() for k in ev["kind"]])
 
 
+def without(good, tmp_path, *dropped):
+    """A copy of the good run's file with no event of the kinds `dropped`."""
+    return doctored(good, tmp_path, lambda f: edit_events(f, lambda ev: ev[~np.isin(kinds(ev), dropped)]))
+
+
 def expect_fails(path, events, rc, words, shm_before=None):
     problems = verdict.check_run(path, events, rc, shm_before)
     assert any(words in p for p in problems), problems
@@ -97,8 +102,7 @@ def test_a_death_the_schedule_did_not_cause(good_run, tmp_path):
 
 def test_a_scheduled_death_with_no_event(good_run, tmp_path):
     out, events, _ = good_run
-    path = doctored(out, tmp_path, lambda f: edit_events(f, lambda ev: ev[kinds(ev) != "kill"]))
-    expect_fails(path, events, 0, "kill events for ranks [], scheduled deaths [5]")
+    expect_fails(without(out, tmp_path, "kill"), events, 0, "kill events for ranks [], scheduled deaths [5]")
 
 
 def test_exit_3_where_a_replica_could_train(good_run, tmp_path):
@@ -124,8 +128,8 @@ def test_a_summary_that_says_stopped_after_exit_0(good_run, tmp_path):
 
 def test_a_revival_that_did_not_happen(good_run, tmp_path):
     out, events, _ = good_run
-    path = doctored(out, tmp_path, lambda f: edit_events(f, lambda ev: ev[kinds(ev) != "revive"]))
-    expect_fails(path, events, 0, "scheduled revival(s) that did not happen: rank 5 at step 6")
+    expect_fails(without(out, tmp_path, "revive"), events, 0,
+                 "scheduled revival(s) that did not happen: rank 5 at step 6")
 
 
 def test_a_last_step_below_full_degree(good_run, tmp_path):
@@ -155,8 +159,8 @@ def test_a_checkpoint_reload_while_a_replica_held_every_shard(good_run, tmp_path
 
 def test_a_straggler_its_policy_did_not_act_on(good_run, tmp_path):
     out, events, _ = good_run
-    path = doctored(out, tmp_path, lambda f: edit_events(f, lambda ev: ev[~np.isin(kinds(ev), ["evict", "evict_refused"])]))
-    expect_fails(path, events, 0, "straggler rank 1 not acted on by --straggler-policy evict")
+    expect_fails(without(out, tmp_path, "evict", "evict_refused"), events, 0,
+                 "straggler rank 1 not acted on by --straggler-policy evict")
 
 
 def test_a_dead_process_recorded_as_alive(good_run, tmp_path):
