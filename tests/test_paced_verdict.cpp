@@ -40,6 +40,12 @@ TEST(PacedVerdict, LateTransfersAreWaitsWherePeersWereExpectedLate) {
   EXPECT_TRUE(ntp::step_overran(ntp::worst_rank_lateness({{0.5, 0, 0}}, true), 1.0));  // compute counts always
 }
 
+TEST(PacedVerdict, ShortStepsAreJudgedNoFinerThanTheHostsScheduling) {
+  EXPECT_FALSE(ntp::step_overran(0.005, 0.08));  // 6% of a short step, but a timeslice
+  EXPECT_TRUE(ntp::step_overran(0.015, 0.08));
+  EXPECT_TRUE(ntp::step_overran(0.025, 2.0));  // above 1% of a long step
+}
+
 TEST(PacedVerdict, ARunOverrunsWhenMoreThanOnePercentOfItsStepsAndMoreThanOneDid) {
   EXPECT_FALSE(ntp::paced_verdict(rows(100, 0)).overran());
   EXPECT_FALSE(ntp::paced_verdict(rows(100, 1)).overran());
