@@ -229,9 +229,7 @@ double GradSync::squared_norm(const float* grads) {
     }
   }
   pacer_.pace_pass(seconds_since(t0), summed, 2, sizeof(float));
-  const auto t1 = std::chrono::steady_clock::now();
-  tp_.allreduce_sum(partial.data(), partial.size());
-  pacer_.note_wait(seconds_since(t1));
+  pacer_.wait_for_peers([&] { tp_.allreduce_sum(partial.data(), partial.size()); });
   double total = 0;
   for (double v : partial) total += v;  // fixed order: identical on every replica
   return total;

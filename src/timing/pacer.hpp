@@ -184,6 +184,13 @@ class Pacer {
   void note_wait(double real) {
     if (c_.enabled) covered_seconds_ += real;
   }
+  // Runs such a collective (or a meeting of pipeline stages) and notes its time as a wait.
+  template <class Collective>
+  void wait_for_peers(Collective&& collective) {
+    const auto t0 = clock_->now();
+    collective();
+    note_wait(std::chrono::duration<double>(clock_->now() - t0).count());
+  }
   // Every counter above back to zero.
   void reset_counters() {
     overruns_ = link_overruns_ = 0;

@@ -297,9 +297,7 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
     // The global loss: the first rank of each replica's last stage contributes its replica's sum.
     PhaseScope s(clock_, Phase::DpComm);
     double contrib = cfg_.tp_index_of(topo_.world_rank) == 0 && stage == P - 1 ? loss_sum : 0.0;
-    const auto t0 = Clock::now();
-    groups_.train->allreduce_sum(&contrib, 1);
-    pacer_.note_wait(seconds_since(t0));
+    pacer_.wait_for_peers([&] { groups_.train->allreduce_sum(&contrib, 1); });
     r.loss = contrib / global_tokens;
   }
   double squares = shard_.sync->squared_norm(shard_.model->grads());
@@ -308,9 +306,7 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
     PhaseScope s(clock_, Phase::Optimizer);
     std::vector<double> per_stage(P, 0.0);
     per_stage[stage] = squares;
-    const auto t0 = Clock::now();
-    groups_.pp->allreduce_sum(per_stage.data(), per_stage.size());
-    pacer_.note_wait(seconds_since(t0));
+    pacer_.wait_for_peers([&] { groups_.pp->allreduce_sum(per_stage.data(), per_stage.size()); });
     squares = 0;
     for (double v : per_stage) squares += v;
   }
@@ -390,9 +386,8 @@ void Trainer::pp_transfer(const float* send, int dest, float* recv, int src, std
   if (pacer_.enabled()) {
     const int peer = dest >= 0 ? dest : src;
     float out = 0, in = 0;
-    const auto met = Clock::now();
-    groups_.pp->sendrecv(&out, 1, peer, &in, 1, peer);
-    pacer_.note_wait(seconds_since(met));  // the bubble: a wait for the other stage, by design
+    // The bubble: a wait for the other stage, by design.
+    pacer_.wait_for_peers([&] { groups_.pp->sendrecv(&out, 1, peer, &in, 1, peer); });
   }
   const auto t0 = Clock::now();
   groups_.pp->sendrecv(send, dest >= 0 ? n : 0, dest, recv, src >= 0 ? n : 0, src);
@@ -405,11 +400,8 @@ void Trainer::reduce_tied_embedding() {
   PhaseScope p(clock_, Phase::PpComm);
   const int t = tied_tensor(o_.model);
   const long n = shard_.model->layout().slot(t).elems;
-  if (pacer_.enabled()) {  // the first stage ends its backward last: meet it first (pp_transfer)
-    const auto met = Clock::now();
-    groups_.embed->barrier();
-    pacer_.note_wait(seconds_since(met));
-  }
+  if (pacer_.enabled())  // the first stage ends its backward last: meet it first (pp_transfer)
+    pacer_.wait_for_peers([&] { groups_.embed->barrier(); });
   const auto t0 = Clock::now();
   groups_.embed->allreduce_sum(shard_.model->grad(t), std::size_t(n));
   pacer_.pace_transfer(seconds_since(t0), double(n) * sizeof(float), 2, Link::Dp, Traffic::Parameters);  // a two-rank all-reduce
