@@ -2,7 +2,10 @@
 
 Definitions (all from /steps, /replicas/state and /events; `wall_seconds` alone is taken from
 /summary because only the recorder saw the end of the run — for a file cut short, which has no
-/summary, the end of the last step stands in for it, so goodput and ETTR of such a file are upper bounds):
+/summary, the end of the last step stands in for it, so goodput and ETTR of such a file are upper bounds).
+Under paced timing every time is on the emulated machine's clock (/summary `clock`); this host's
+run clock is kept beside it (host_* columns, `host_wall_seconds`), and only the paced verdict's
+shares, which judge this host, use it:
 
     steps                      rows in /steps (the run's slots)
     training_steps             rows with tokens_committed > 0 (committed optimizer steps)
@@ -64,6 +67,10 @@ def recompute(run: Run) -> dict:
         out["wall_seconds"] = float(run.summary["wall_seconds"])
     else:
         out["wall_seconds"] = float(s["t_end"].max()) if len(s) else 0.0
+    if run.summary is not None and "host_wall_seconds" in run.summary:
+        out["host_wall_seconds"] = float(run.summary["host_wall_seconds"])
+    else:
+        out["host_wall_seconds"] = float(s["host_t_end"].max()) if len(s) else 0.0
     out["step_seconds"] = float(dt.sum())
     out["productive_seconds"] = float(dt[committed > 0].sum())
     out["recovery_seconds"] = float(s["recovery_seconds"].to_numpy(dtype=float).sum())
@@ -99,7 +106,8 @@ def recompute(run: Run) -> dict:
     # Paced timing's verdict: the share of the ranks' step time real compute (every step) and real
     # transfers (steps where no peer was expected late) ran past emulated time.
     if "paced_overrun_seconds" in s:
-        rank_s = dt * s["live_ranks"].to_numpy(dtype=float)
+        host_dt = (s["host_t_end"] - s["host_t_start"]).to_numpy(dtype=float)  # lateness is this host's
+        rank_s = host_dt * s["live_ranks"].to_numpy(dtype=float)
         even = s["paced_peers_uneven"].to_numpy() == 0
         out["paced_overrun_share"] = _div(float(s["paced_overrun_seconds"].sum()), float(rank_s.sum()))
         out["paced_link_overrun_share"] = _div(float(s["paced_link_overrun_seconds"].to_numpy()[even].sum()),

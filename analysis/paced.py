@@ -18,7 +18,8 @@ COMM_PHASES = ("tp_comm", "dp_comm", "pp_comm")
 
 def figures(run) -> dict:
     s = run.steps
-    dt = (s["t_end"] - s["t_start"]).to_numpy(dtype=float)
+    # This host's seconds: what pacing makes of them is the question, and the phases are on this clock.
+    dt = (s["host_t_end"] - s["host_t_start"]).to_numpy(dtype=float)
     machine = json.loads(run.attrs.get("paced_machine", "{}") or "{}")
     phases = run.phase_times  # [steps, ranks, phases]
     names = list(run.phases)

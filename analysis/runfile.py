@@ -25,7 +25,10 @@ import h5py
 import numpy as np
 import pandas as pd
 
-SUPPORTED_SCHEMAS = ("1",)
+# Schema 2: under paced timing /steps and /events are on the emulated machine's clock, with this
+# host's run clock beside them (host_t_start, host_t_end; host_time, host_duration). A schema-1 file
+# has only the run clock: its host columns are its own.
+SUPPORTED_SCHEMAS = ("1", "2")
 
 STEP_FIELDS = (
     "step", "t_start", "t_end", "sample_begin", "samples", "tokens", "tokens_committed", "loss",
@@ -35,7 +38,8 @@ STEP_FIELDS = (
 REPLICA_DATASETS = ("tp_degree", "batch", "state")
 EVENT_FIELDS = ("time", "step", "kind", "rank", "replica", "bytes", "duration", "detail")
 EVENT_DTYPES = {"time": "float64", "step": "int64", "kind": "object", "rank": "int32",
-                "replica": "int32", "bytes": "float64", "duration": "float64", "detail": "object"}
+                "replica": "int32", "bytes": "float64", "duration": "float64", "detail": "object",
+                "host_time": "float64", "host_duration": "float64"}
 PHASES = ("forward", "backward", "tp_comm", "dp_comm", "pp_comm", "reshard", "optimizer", "recovery", "revival",
           "idle", "other")
 SUMMARY_KEYS = (
@@ -45,11 +49,11 @@ SUMMARY_KEYS = (
     "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
     "recovery_recompute_seconds", "recovery_lost_seconds", "recovery_repair_seconds", "heal_bytes",
     "paced_overrun_steps", "final_loss", "recovery_spawn_seconds", "recovery_spare_seconds", "spares_used",
-    "training_steps", "paced_overrun_share", "paced_link_overrun_share",
+    "training_steps", "paced_overrun_share", "paced_link_overrun_share", "host_wall_seconds",
 )
 # Figures files written before them lack: not recomputed against those files' /summary.
 LATER_SUMMARY_KEYS = ("recovery_spawn_seconds", "recovery_spare_seconds", "spares_used", "training_steps",
-                      "paced_overrun_share", "paced_link_overrun_share")
+                      "paced_overrun_share", "paced_link_overrun_share", "host_wall_seconds")
 # Replica states in /replicas/state.
 HEALTHY, DEGRADED, DOWN = 0, 1, 2
 
@@ -203,13 +207,16 @@ def _load_once(path: str) -> Run:
             raise SchemaError(
                 f"{path}: schema_version {version!r} is not supported (this analysis reads schema "
                 f"{', '.join(SUPPORTED_SCHEMAS)} as documented in results/README.md); re-run with an "
-                f"ntpbench that writes schema 1")
+                f"ntpbench that writes schema 2")
         notes: list[str] = []
 
         missing = [d for d in ("steps", "replicas", "ranks/phase_times") if d not in f]
         if missing:
             raise SchemaError(f"{path}: required dataset(s) missing: {', '.join('/' + m for m in missing)}")
         steps = _read_table(f, path, "steps", STEP_FIELDS, " required by schema 1")
+        for col, of in (("host_t_start", "t_start"), ("host_t_end", "t_end")):
+            if col not in steps:
+                steps[col] = steps[of]
 
         replicas = {}
         for name in REPLICA_DATASETS:
@@ -238,6 +245,9 @@ def _load_once(path: str) -> Run:
             events = _read_table(f, path, "events", EVENT_FIELDS)
             if len(events) == 0:
                 events = empty_events()
+            for col, of in (("host_time", "time"), ("host_duration", "duration")):
+                if col not in events:
+                    events[col] = events[of]
         else:
             events = empty_events()
             notes.append("no /events (no kills, revivals or recovery recorded)")

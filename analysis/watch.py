@@ -89,12 +89,14 @@ def read_progress(path: str) -> Progress:
     goodput = float(rows["tokens_committed"].sum()) / run_s if run_s > 0 else 0.0
     eta = None
     if total:
-        # Time per slot over the last (up to) 10 rows, recovery and idle time included.
+        # Time per slot over the last (up to) 10 rows, recovery and idle time included, on this
+        # host's clock (the wait is here; paced rows are the emulated machine's, schema 2).
+        host = rows["host_t_end"] if "host_t_end" in (rows.dtype.names or ()) else rows["t_end"]
         k = min(n, 10)
-        first = float(rows["t_end"][n - k - 1]) if n > k else 0.0
+        first = float(host[n - k - 1]) if n > k else 0.0
         slots = step - (int(rows["step"][n - k - 1]) if n > k else 0)
         if slots > 0:
-            eta = (run_s - first) / slots * max(0, total - step)
+            eta = (float(host[-1]) - first) / slots * max(0, total - step)
     return Progress(step, total, n, eta, [int(t) for t in tp_rows[-1]], float(rows["loss"][-1]), goodput, run_s,
                     done, summary)
 

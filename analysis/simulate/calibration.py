@@ -25,9 +25,9 @@ def calibrate(paths) -> dict:
         # run's start (the physical limit of moving a shard on that host).
         ev = run.events
         if len(ev):
-            heals = ev[(ev["kind"].astype(str) == "heal") & (ev["bytes"] > 0) & (ev["duration"] > 0)]
+            heals = ev[(ev["kind"].astype(str) == "heal") & (ev["bytes"] > 0) & (ev["host_duration"] > 0)]
             memcpy = float(run.attrs.get("memcpy_gbps", math.nan))
-            for b, d in zip(heals["bytes"].to_numpy(dtype=float), heals["duration"].to_numpy(dtype=float)):
+            for b, d in zip(heals["bytes"].to_numpy(dtype=float), heals["host_duration"].to_numpy(dtype=float)):
                 heal_gbps.append(b / d / 1e9)
                 heal_bytes.append(b)
                 if memcpy > 0:

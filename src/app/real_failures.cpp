@@ -32,14 +32,16 @@ JoinMessage join_message_from_json(const nlohmann::json& j) { return j.get<JoinM
 
 namespace {
 // One repair as the group saw it: the first and the last rank's notice of the failure, and the
-// slowest rank's repair time.
+// repair's time from the last notice to the last rank's end.
 struct RepairClock {
   double first_notice, last_notice, repair;
 };
-RepairClock reduce_repair_clock(Comm& group, double notice, double repair) {
-  double v[3] = {notice, -notice, repair};  // one max-reduction: the max of -t is the min of t
+// The repair after the last notice: a rank that noticed first waits in the agreement for the
+// others, which is the notice's time, not the repair's.
+RepairClock reduce_repair_clock(Comm& group, double notice, double done) {
+  double v[3] = {notice, -notice, done};  // one max-reduction: the max of -t is the min of t
   group.allreduce_max(v, 3);
-  return {-v[1], v[0], v[2]};
+  return {-v[1], v[0], v[2] - v[0]};
 }
 }  // namespace
 
@@ -267,7 +269,6 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
     progress(s, "the repair after a failure: revoke, agree, shrink, reconfigure");
     PhaseScope phase(trainer_->clock(), Phase::Recovery);  // the repair's calls too, not only the reconfiguration
     try {
-      const double t0 = now();
       trainer_->revoke_all();
       if (spares_) spares_.pool->revoke();  // the spares wait in the pool: they repair it with us
       if (!voted) members_.group().agree(false);
@@ -279,7 +280,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
         for (int key : spares_.pool->repair()) spares_lost.push_back(key);
       for (const auto& added : repair_unscheduled(s, before)) repairs.push_back(added);
       if (!members_.alive[members_.recorder]) members_.recorder = members_.in_group.front();
-      const RepairClock clock = reduce_repair_clock(members_.group(), t_notice, now() - t0);
+      const RepairClock clock = reduce_repair_clock(members_.group(), t_notice, now());
       std::vector<int> lost;  // the deaths of this repair that the results do not hold yet
       for (int r : at_start)
         if (!members_.alive[r] && std::find(recorded.begin(), recorded.end(), r) == recorded.end()) lost.push_back(r);

@@ -65,23 +65,67 @@ void RunRecord::open(int threads) {
   rec_->set_attr("hosts", nlohmann::json(hosts_).dump());
   // What a heal's bandwidth can be held against (analysis revivals): measured on this host, now.
   rec_->set_attr("memcpy_gbps", measure_memcpy_gbps());
+  start_clock();
   report_interrupts(o_.out);
+}
+
+void RunRecord::start_clock() { clock_ = EmulatedClock(paced() ? time_scale_value(o_) : 1.0); }
+
+namespace {
+// The events whose emulated seconds make a row's recovery_seconds under paced timing.
+bool recovery_kind(const std::string& k) {
+  for (const char* r : {"notice", "repair", "detect", "reconfigure", "heal", "restore", "spawn", "spare", "takeover"})
+    if (k == r) return true;
+  return false;
+}
+}  // namespace
+
+double RunRecord::event(double t, int s, const std::string& kind, int rank, int replica, double bytes, double seconds,
+                        const std::string& detail, Clocked how, double emulated) {
+  EventRow e = make_event(clock_.at(t), s, kind, rank, replica, bytes, seconds, detail);
+  e.host_time = t, e.host_duration = seconds;
+  if (paced()) {
+    e.duration = how == Clocked::Charged ? clock_.charge(t, seconds, emulated)
+                 : how == Clocked::Figure ? emulated
+                                          : clock_.span(t, seconds);
+    if (recovery_kind(kind)) recovery_since_row_ += e.duration;
+  }
+  rec_->event(e);
+  return e.duration;
+}
+
+double RunRecord::state_bytes_ratio() const {
+  return paced() && o_.emulates_shape() ? paced_rates(o_, 1.0).shape.parameter_bytes : 1.0;
+}
+
+double RunRecord::heal_charge(const RecoveryFigures& f) const {
+  if (f.rank_bytes <= 0) return 0;
+  const PacingConfig own = paced_rates(o_, 1.0);  // the machine at its own speed
+  return own.latency_us * 1e-6 + f.rank_bytes * state_bytes_ratio() / (own.dp_gbps * 1e9);
+}
+
+double RunRecord::load_charge(const RecoveryFigures& f) const {
+  return f.rank_bytes * state_bytes_ratio() / (costs().checkpoint_gbps.value * 1e9) +
+         (o_.policy == Policy::Restart ? costs().restart.value : 0.0);
 }
 
 void RunRecord::reopen(int me, const std::vector<int>& lost, double t) {
   rec_ = Recorder::reopen(o_.out, ranks_, trainer_.topology().replicas);
-  // The idle slot's length carries over: the healthy steps the file holds.
+  start_clock();
+  const auto [host, emulated] = rec_->last_moment();
+  clock_.resume(host, emulated);
+  // The idle slot's length carries over: the healthy steps the file holds (a wait here: host seconds).
   for (const auto& row : rec_->rows())
     if (row.samples > 0 && row.live_ranks == ranks_ && row.active_replicas == trainer_.topology().replicas)
-      healthy_step_seconds_.push_back(row.t_end - row.t_start);
-  if (!rec_->rows().empty()) last_step_seconds_ = rec_->rows().back().t_end - rec_->rows().back().t_start;
+      healthy_step_seconds_.push_back(row.host_t_end - row.host_t_start);
+  if (!rec_->rows().empty()) last_step_seconds_ = rec_->rows().back().host_t_end - rec_->rows().back().host_t_start;
   report_interrupts(o_.out);
   note_progress(rec_->rows().empty() ? 0 : static_cast<int>(rec_->rows().back().step),
                 static_cast<int>(rec_->rows().size()));
   fmt::print("logical rank {} takes over the results file from rank(s) {} ({} rows so far)\n", me, lost,
              rec_->rows().size());
-  rec_->event(make_event(t, static_cast<std::int64_t>(rec_->rows().size()) + 1, "recorder", me,
-                         trainer_.topology().replica_of_rank(me), 0, 0, fmt::format("rank {} reopened the file", me)));
+  event(t, static_cast<int>(rec_->rows().size()) + 1, "recorder", me, trainer_.topology().replica_of_rank(me), 0, 0,
+        fmt::format("rank {} reopened the file", me));
 }
 
 void RunRecord::incarnations(const std::vector<int>& members, const std::vector<std::string>& who,
@@ -143,12 +187,15 @@ std::vector<float> compute_share_row(const Options& o, const Configuration& cfg,
 }
 }  // namespace
 
-void RunRecord::record_step(const Attempt& a, int group_size) {
+void RunRecord::record_step(const Attempt& a, int group_size, bool newest) {
+  if (newest) clock_.settle(a.t_start);  // the recoveries told so far came before it
   const int s = a.step;
   const StepResult& r = a.r;
   const Configuration& cfg = trainer_.configuration();
   const bool overrun = r.overruns > 0;
-  const double secs = a.t_end - a.t_start;
+  // The row on the emulated clock under paced timing; this host's seconds beside them.
+  const double host_secs = a.t_end - a.t_start;
+  const double t_start = clock_.at(a.t_start), t_end = clock_.at(a.t_end), secs = t_end - t_start;
   const long long tokens = r.samples * o_.seq;
   // Under --emulate-shape, the FLOPs charged: the target's for the same tokens.
   const double flops = training_flops(o_.model, r.samples, o_.seq) * (o_.pacing.enabled ? paced_rates(o_).shape.flops : 1.0);
@@ -158,8 +205,10 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
   // A non-finite step updated nothing: its tokens are processed, not committed.
   const StepRow row{.step = s,
                     .optimizer_step = trainer_.steps_taken(),
-                    .t_start = a.t_start,
-                    .t_end = a.t_end,
+                    .t_start = t_start,
+                    .t_end = t_end,
+                    .host_t_start = a.t_start,
+                    .host_t_end = a.t_end,
                     .sample_begin = r.sample_begin,
                     .samples = r.samples,
                     .tokens = tokens,
@@ -171,8 +220,8 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
                     .mfu = mfu,
                     .live_ranks = cfg.live_ranks(),
                     .active_replicas = cfg.active_replicas(),
-                    .recovery_seconds = a.recovery_seconds,
-                    .idle_seconds = a.idle_seconds,
+                    .recovery_seconds = paced() ? recovery_since_row_ : a.recovery_seconds,
+                    .idle_seconds = a.idle_seconds / clock_.factor(),  // a wait
                     .paced_overrun = static_cast<std::int8_t>(overrun),
                     .paced_link_overruns = r.link_overruns,
                     .paced_overrun_seconds = r.overrun_seconds,
@@ -182,17 +231,18 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
                     .paced_worst_rank_seconds = r.worst_rank_seconds};
   const auto tr = std::chrono::steady_clock::now();
   if (r.nonfinite)
-    rec_->event(make_event(a.t_end, s, "nonfinite", -1, -1, 0, 0,
-                           fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
-                                       o_.on_nonfinite == OnNonfinite::Skip ? "skipped" : "the run stops")));
+    event(a.t_end, s, "nonfinite", -1, -1, 0, 0,
+          fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
+                      o_.on_nonfinite == OnNonfinite::Skip ? "skipped" : "the run stops"));
   rec_->append(row, replica_row(cfg), phase_rows_, usage_rows_, compute_share_row(o_, cfg, usage_rows_.size()));
+  recovery_since_row_ = 0;
   note_progress(s, static_cast<int>(rec_->rows().size()));
   warn_first_overrun(row);
   recorder_seconds_ += seconds_since(tr);
-  if (r.samples > 0) {
-    last_step_seconds_ = secs;
+  if (r.samples > 0) {  // how long an idle slot waits here: this host's seconds
+    last_step_seconds_ = host_secs;
     if (cfg.active_replicas() == trainer_.topology().replicas && cfg.live_ranks() == ranks_)
-      healthy_step_seconds_.push_back(secs);
+      healthy_step_seconds_.push_back(host_secs);
   }
   if (o_.quiet) return;
   if (r.samples > 0)
@@ -208,7 +258,7 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
 // time by more than the verdict's limit is announced when it happens (the time scale stays: the
 // run's verdict and the closing line say the rest).
 void RunRecord::warn_first_overrun(const StepRow& row) {
-  const double seconds = row.t_end - row.t_start;
+  const double seconds = row.host_t_end - row.host_t_start;  // lateness is this host's
   if (!o_.pacing.enabled || warned_overrun_ || seconds <= 0 || !row.paced_overrun) return;
   warned_overrun_ = true;
   fmt::print(stderr,
@@ -225,22 +275,27 @@ void RunRecord::write_missing_row(const Attempt& a, int group_size) {
   if (a.step == 0 || static_cast<int>(rec_->rows().size()) >= a.step) return;
   if (static_cast<int>(rec_->rows().size()) < a.step - 1)
     throw std::logic_error(fmt::format("the results file lacks rows before step {}", a.step));
-  record_step(a, group_size);
+  record_step(a, group_size, false);  // the recovery after it is told already
 }
 
 void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigures& f, double t_event,
                                 const std::vector<std::string>* kill_details, double t_kill) {
   const Recovery& rc = f.rc;
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
-    rec_->event(make_event(t_kill >= 0 ? t_kill : t_event, s, "kill", ev.kill[i],
-                           trainer_.topology().replica_of_rank(ev.kill[i]), 0, 0,
-                           kill_details ? (*kill_details)[i] : ""));
+    event(t_kill >= 0 ? t_kill : t_event, s, "kill", ev.kill[i], trainer_.topology().replica_of_rank(ev.kill[i]), 0, 0,
+          kill_details ? (*kill_details)[i] : "");
   revive_events(s, ev.revive, t_event);
   node_events(s, ev.nodes_killed, "node_down", t_kill >= 0 ? t_kill : t_event);
   node_events(s, ev.nodes_revived, "node_up", t_event);
   const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
-  if (rc.changed) rec_->event(make_event(t_event, s, "detect", -1, -1, 0, f.detect, ""));
-  if (rc.changed) rec_->event(make_event(t_event + f.detect, s, "reconfigure", -1, -1, 0, f.reconfigure, change));
+  // Paced: a death is noticed after the machine's detection; a revival needs none.
+  double detect = 0, reconfigure = 0;
+  if (rc.changed)
+    detect = event(t_event, s, "detect", -1, -1, 0, f.detect, "", Clocked::Charged,
+                   ev.kill.empty() ? 0.0 : costs().detect.value);
+  if (rc.changed)
+    reconfigure = event(t_event + f.detect, s, "reconfigure", -1, -1, 0, f.reconfigure, change, Clocked::Charged,
+                        costs().reconfigure.value);
   // Deaths no event scheduled (kill -9 from outside, a crash) are named as such.
   std::vector<int> scheduled, unscheduled;
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
@@ -248,7 +303,7 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   std::string killed = scheduled.empty() ? "" : fmt::format("kill {} ", scheduled);
   if (!unscheduled.empty()) killed += fmt::format("unscheduled death of rank(s) {} ", unscheduled);
   std::string what = fmt::format("step {:5d}: {}{}| ", s, killed, ev.revive.empty() ? "" : fmt::format("revive {} ", ev.revive));
-  if (rc.changed) what += fmt::format("detect {:.2f} ms | reconfigure {:.2f} ms | ", f.detect * 1e3, f.reconfigure * 1e3);
+  if (rc.changed) what += fmt::format("detect {:.2f} ms | reconfigure {:.2f} ms | ", detect * 1e3, reconfigure * 1e3);
   const double t_heal = t_event + f.detect + f.reconfigure;
   if (!rc.changed) {  // Trainer::forget: the spares taking the ranks over are healed in at their handover
     what += fmt::format("spares take the rank(s) over now: one reconfiguration, at their handover | {}", change);
@@ -257,15 +312,15 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   } else if (trainer_.configuration().active_replicas() == 0) {
     what += fmt::format("every replica is down: idle until a revival | {}", change);
   } else {
-    rec_->event(make_event(t_heal, s, "heal", -1, -1, f.bytes, f.heal, change));
-    what += fmt::format("heal {:.2f} MB in {:.2f} ms | {}", f.bytes / 1e6, f.heal * 1e3, change);
+    const double heal = event(t_heal, s, "heal", -1, -1, f.bytes, f.heal, change, Clocked::Charged, heal_charge(f));
+    what += fmt::format("heal {:.2f} MB in {:.2f} ms | {}", f.bytes / 1e6, heal * 1e3, change);
   }
   fmt::print("{}\n", what);
   std::fflush(stdout);
 }
 
 void RunRecord::revive_events(int s, const std::vector<int>& ranks, double t) {
-  for (int r : ranks) rec_->event(make_event(t, s, "revive", r, trainer_.topology().replica_of_rank(r), 0, 0, ""));
+  for (int r : ranks) event(t, s, "revive", r, trainer_.topology().replica_of_rank(r), 0, 0, "");
 }
 
 // A whole node's failure or return (kill_node / revive_node): one event naming its ranks.
@@ -274,7 +329,7 @@ void RunRecord::node_events(int s, const std::vector<std::string>& hosts, const 
     std::vector<int> on;
     for (int r = 0; r < int(hosts_.size()); ++r)
       if (hosts_[r] == host) on.push_back(r);
-    rec_->event(make_event(t, s, kind, -1, -1, 0, 0, fmt::format("{}: ranks {}", host, on)));
+    event(t, s, kind, -1, -1, 0, 0, fmt::format("{}: ranks {}", host, on));
   }
 }
 
@@ -287,13 +342,17 @@ void RunRecord::record_revived_in_repair(int s, const StepEvents& ev, double t) 
 
 std::string RunRecord::record_restore(int s, const RecoveryFigures& f, double t_event) {
   const Recovery& rc = f.rc;
-  rec_->event(make_event(t_event + f.detect + f.reconfigure, s, "restore", -1, -1, f.bytes, f.heal,
-                         fmt::format("from {} (optimizer step {})", rc.restored_from, rc.restored_step)));
-  const auto [lost_rows, lost_seconds] = rec_->roll_back_after(rc.restored_step);
-  rec_->event(make_event(t_event, s, "rollback", -1, -1, 0, 0,
-                         fmt::format("{} steps rolled back (optimizer step {} -> {})", lost_rows, f.steps_before,
-                                     rc.restored_step)));
-  rec_->event(make_event(t_event, s, "recompute", -1, -1, 0, lost_seconds, fmt::format("{} steps to redo", lost_rows)));
+  // Paced: the load at the checkpoint storage's speed, and under restart the job's restart.
+  event(t_event + f.detect + f.reconfigure, s, "restore", -1, -1, f.bytes, f.heal,
+        fmt::format("from {} (optimizer step {})", rc.restored_from, rc.restored_step), Clocked::Charged,
+        load_charge(f));
+  const Recorder::RolledBack rolled = rec_->roll_back_after(rc.restored_step);
+  const int lost_rows = rolled.rows;
+  const double lost_seconds = rolled.seconds;
+  event(t_event, s, "rollback", -1, -1, 0, 0,
+        fmt::format("{} steps rolled back (optimizer step {} -> {})", lost_rows, f.steps_before, rc.restored_step));
+  event(t_event, s, "recompute", -1, -1, 0, rolled.host_seconds, fmt::format("{} steps to redo", lost_rows),
+        Clocked::Figure, lost_seconds);
   // Why the state was reloaded: the policy's rule, or shards that no live rank held.
   return fmt::format("{}: restored {} (optimizer step {}), {} steps rolled back ({:.2f} s to recompute)",
                      o_.policy == Policy::Restart ? "--policy restart reloads the last checkpoint"
@@ -306,16 +365,16 @@ void RunRecord::record_slowdown(int s, const Slowdown& d, double t) {
   const std::string what = d.factor == 1 && d.link_factor == 1
                                ? std::string("back to full speed")
                                : fmt::format("compute x{:g}, links x{:g}", d.factor, d.link_factor);
-  rec_->event(make_event(t, s, "slow", d.rank, replica, 0, 0, what));
+  event(t, s, "slow", d.rank, replica, 0, 0, what);
   fmt::print("step {:5d}: rank {} slowed by the schedule: {}\n", s, d.rank, what);
   std::fflush(stdout);
 }
 
 void RunRecord::record_straggler(int s, const StragglerVerdict& v, double t) {
   const int replica = trainer_.topology().replica_of_rank(v.rank);
-  rec_->event(make_event(t, s, v.starts ? "straggler" : "straggler_end", v.rank, replica, 0, 0,
-                         fmt::format("compute per FLOP {:.2f}x its peers' median over {} steps (threshold {:g})", v.ratio,
-                                     o_.straggler_window, o_.straggler_threshold)));
+  event(t, s, v.starts ? "straggler" : "straggler_end", v.rank, replica, 0, 0,
+        fmt::format("compute per FLOP {:.2f}x its peers' median over {} steps (threshold {:g})", v.ratio,
+                    o_.straggler_window, o_.straggler_threshold));
   const std::string then = o_.straggler_policy == StragglerPolicy::Evict       ? "it leaves the training groups next step"
                            : o_.straggler_policy == StragglerPolicy::Rebalance ? "its replica shares by speed from the next step"
                                                                 : "the job runs at its pace";
@@ -334,13 +393,15 @@ void RunRecord::record_straggler_action(int s, const StragglerAction& a, const R
   const Configuration& cfg = trainer_.configuration();
   const std::string now = fmt::format("TP {} batches {}", format_degrees(cfg.degrees()), cfg.batches());
   std::string what = a.why.empty() ? now : a.why;
-  double seconds = 0, bytes = 0;
+  double seconds = 0, bytes = 0, charged = 0;
   if (f) {
-    seconds = f->seconds();
+    // Paced: the new layout's communicators, and its heal over the links (a reload is the restore's).
+    seconds = f->rc.restored ? f->detect + f->reconfigure : f->seconds();
+    charged = costs().reconfigure.value + (f->rc.restored ? 0.0 : heal_charge(*f));
     bytes = f->bytes;
     what = fmt::format("TP {} -> {}; now {}", f->rc.before, f->rc.after, now);
   }
-  rec_->event(make_event(t, s, a.kind, a.rank, replica, bytes, seconds, what));
+  seconds = event(t, s, a.kind, a.rank, replica, bytes, seconds, what, Clocked::Charged, charged);
   // A replica that comes back when no live one held the state (every replica was down) reloads the
   // last checkpoint: the steps since are rolled back, as after a failure.
   const std::string done = !f                ? ""
@@ -361,15 +422,18 @@ void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector
   for (const auto& [r, back] : repairs)
     fmt::print("step {:5d}: rank {} died unscheduled: back at step {} (the schedule's repair_steps {})\n", s, r, back,
                schedule.repair_steps());
-  fmt::print("step {:5d}: rank(s) {} died | first survivor noticed {:.2f} ms into the step, the last {:.2f} ms "
-             "later | revoke + agree + shrink {:.2f} ms\n",
-             s, lost, (t.first - t.t_attempt) * 1e3, (t.last - t.first) * 1e3, t.repair * 1e3);
   StepEvents ev;
   ev.kill = lost;
   for (const auto& h : sched.nodes_killed)  // a scheduled node failure among the losses
     for (int r : lost)
       if (hosts_[r] == h && (ev.nodes_killed.empty() || ev.nodes_killed.back() != h)) ev.nodes_killed.push_back(h);
   std::vector<std::string> how;
+  // Paced: a hang is noticed after --failure-timeout on the machine too; hangs overlap, so the
+  // longest is charged (the others' spans are inside it).
+  std::size_t longest = hung.size();
+  for (std::size_t i = 0; i < hung.size(); ++i)
+    if (hung[i].hung() && (longest == hung.size() || hung[i].declared - hung[i].froze > hung[longest].declared - hung[longest].froze))
+      longest = i;
   for (std::size_t i = 0; i < lost.size(); ++i) {
     const int r = lost[i];
     rec_->incarnation_end(r, t.first);
@@ -387,33 +451,43 @@ void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector
     how.push_back(scheduled ? fmt::format("scheduled: SIGSTOP at {} (a hang), fenced", at)
                             : std::string("unscheduled: the process stopped answering (hung), fenced"));
     const double latency = hung[i].declared - hung[i].froze;
-    rec_->event(make_event(hung[i].declared, s, "hang", r, trainer_.topology().replica_of_rank(r), 0, latency,
-                           fmt::format("last heartbeat {:.3f} s, declared hung {:.3f} s later (timeout {:g} s); "
-                                       "SIGKILL",
-                                       hung[i].froze, latency, o_.failure_timeout)));
+    event(hung[i].froze, s, "hang", r, trainer_.topology().replica_of_rank(r), 0, latency,
+          fmt::format("last heartbeat {:.3f} s, declared hung {:.3f} s later (timeout {:g} s); SIGKILL", hung[i].froze,
+                      latency, o_.failure_timeout),
+          i == longest ? Clocked::Charged : Clocked::Span, o_.failure_timeout);
     fmt::print("step {:5d}: rank {} stopped answering{} (last heartbeat {:.2f} s before it was declared hung; "
                "--failure-timeout {:g} s): its process was ended (SIGKILL)\n",
                s, r, scheduled ? fmt::format(" at {} (scheduled hang)", at) : "", latency, o_.failure_timeout);
   }
-  rec_->event(make_event(t.first, s, "lost", -1, -1, 0, t.first - t.t_attempt,
-                         "the interrupted attempt's time until the first survivor noticed"));
-  rec_->event(make_event(t.first, s, "notice", -1, -1, 0, t.last - t.first,
-                         "from the first survivor's notice to the last's"));
-  rec_->event(make_event(t.last, s, "repair", -1, -1, 0, t.repair, "revoke + agree + shrink"));
+  // The attempt's work lost and the survivors' notices are the machine's time run slowly; the
+  // repair is this host's MPI, charged the machine's.
+  const double lost_s = event(t.t_attempt, s, "lost", -1, -1, 0, t.first - t.t_attempt,
+                              "the interrupted attempt's time until the first survivor noticed");
+  const double notice_s = event(t.first, s, "notice", -1, -1, 0, t.last - t.first, "from the first survivor's notice to the last's");
+  const double repair_s = event(t.last, s, "repair", -1, -1, 0, t.repair, "revoke + agree + shrink", Clocked::Charged,
+                                costs().repair.value);
+  fmt::print("step {:5d}: rank(s) {} died | first survivor noticed {:.2f} ms into the step, the last {:.2f} ms "
+             "later | revoke + agree + shrink {:.2f} ms\n",
+             s, lost, lost_s * 1e3, notice_s * 1e3, repair_s * 1e3);
   record_recovery(s, ev, f, t.last + t.repair, &how, t.first);
 }
 
 void RunRecord::record_revival(int s, double t_event, double seconds, const std::vector<int>& ranks,
                                const std::vector<SpareHandover>& spares, bool takeover) {
   // A spawn is one event; spares one each (rank: the rank taken), the handover's seconds on the first.
+  // Paced: new processes cost the machine's replacement, spares its takeover (both at once).
+  const double host_seconds = seconds;
   if (spares.empty())
-    rec_->event(make_event(t_event, s, "spawn", -1, -1, 0, seconds,
-                           fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks)));
+    seconds = event(t_event, s, "spawn", -1, -1, 0, host_seconds,
+                    fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks), Clocked::Charged,
+                    costs().replace.value);
   std::vector<std::string> who;
   for (const SpareHandover& h : spares) {
     who.push_back(fmt::format("spare {} ({}) -> rank {}", h.spare, h.host, h.rank));
-    rec_->event(make_event(t_event, s, takeover ? "takeover" : "spare", h.rank, trainer_.topology().replica_of_rank(h.rank),
-                           0, who.size() == 1 ? seconds : 0, who.back()));
+    const bool first = who.size() == 1;
+    const double d = event(t_event, s, takeover ? "takeover" : "spare", h.rank, trainer_.topology().replica_of_rank(h.rank),
+                           0, first ? host_seconds : 0, who.back(), Clocked::Charged, first ? costs().takeover.value : 0.0);
+    if (first) seconds = d;
   }
   fmt::print("step {:5d}: {} in {:.2f} ms\n", s,
              spares.empty() ? fmt::format("{} new process(es) spawned for rank(s) {}", ranks.size(), ranks)
@@ -425,7 +499,7 @@ void RunRecord::record_revival(int s, double t_event, double seconds, const std:
 void RunRecord::record_no_spare(int s, double t, const std::vector<int>& ranks) {
   fmt::print("step {:5d}: no spare for rank(s) {}: they stay dead (none left on their host, and a spare host takes "
              "only a host whose ranks are all dead), until a revival, where a process can be spawned\n", s, ranks);
-  rec_->event(make_event(t, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks)));
+  event(t, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks));
 }
 
 void RunRecord::record_spares_lost(int s, double t, const SparePool& pool, const std::vector<int>& keys,
@@ -436,7 +510,7 @@ void RunRecord::record_spares_lost(int s, double t, const SparePool& pool, const
     const bool froze = i < hung.size() && hung[i].hung();
     const std::string what = froze ? fmt::format("spare {} ({}) froze; a process of its host ended it", spare, host)
                                    : fmt::format("spare {} ({}) died", spare, host);
-    rec_->event(make_event(t, s, "spare_lost", -1, -1, 0, 0, what));
+    event(t, s, "spare_lost", -1, -1, 0, 0, what);
     fmt::print("step {:5d}: {}\n", s, what);
   }
 }
@@ -454,14 +528,17 @@ void RunRecord::record_spares(const std::vector<std::string>& processes) {
 void RunRecord::spares_left(int n) { rec_->set_summary("spares_left", static_cast<double>(n)); }
 
 void RunRecord::record_checkpoint(int s, double t, double seconds, const std::string& path) {
-  rec_->event(make_event(t, s, "checkpoint", -1, -1, 3.0 * parameter_count(o_.model) * sizeof(float), seconds, path));
+  // Paced: every rank writes its share of the emulated job's state at the storage's speed.
+  const double bytes = 3.0 * parameter_count(o_.model) * sizeof(float);
+  event(t, s, "checkpoint", -1, -1, bytes, seconds, path, Clocked::Charged,
+        bytes * state_bytes_ratio() / ranks_ / (costs().checkpoint_gbps.value * 1e9));
   if (!o_.quiet) fmt::print("checkpoint: {}\n", path);
 }
 
 void RunRecord::note_no_final_checkpoint() { fmt::print("no replica is active at the end: no final checkpoint\n"); }
 
 void RunRecord::write_summary(double wall) {
-  rec_->write_summary(wall, ranks_, peak_.gflops, o_.pacing.enabled);
+  rec_->write_summary(clock_.at(wall), wall, ranks_, peak_.gflops, o_.pacing.enabled);
   rec_->set_summary("recorder_seconds", recorder_seconds_);
   if (o_.pacing.enabled) rec_->set_summary("paced_overrun_worst_ratio", worst_overrun_);
 }
@@ -482,9 +559,12 @@ void RunRecord::finish(double wall, const std::string& last_checkpoint, int skip
       if (it->step != o_.steps) final_loss += fmt::format(" (step {}; idle since)", it->step);
       break;
     }
-  fmt::print("done: {}, {:.0f} tokens ({:.0f} committed) in {:.2f} s | throughput {:.0f} tok/s | goodput "
+  const double emulated_wall = clock_.at(wall);
+  const std::string clock = paced() ? fmt::format(" emulated ({:.2f} s here)", wall) : "";
+  fmt::print("done: {}, {:.0f} tokens ({:.0f} committed) in {:.2f} s{} | throughput {:.0f} tok/s | goodput "
              "{:.0f} tok/s | {}{}\nwrote {}{}\n",
-             slots_line(skipped_steps), tokens, committed, wall, step_s > 0 ? tokens / step_s : 0.0, committed / wall,
+             slots_line(skipped_steps), tokens, committed, emulated_wall, clock, step_s > 0 ? tokens / step_s : 0.0,
+             committed / emulated_wall,
              final_loss, !o_.schedule.empty() ? " | kill mode " + choice_name(o_.kill_mode.value()) : std::string(), o_.out, last_checkpoint.empty() ? "" : " and checkpoint " + last_checkpoint);
   if (!overrun_line().empty()) fmt::print("{}\n", overrun_line());
   if (code != 0)

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "emulated_clock.hpp"
+#include "machine_profile.hpp"
 #include "recorder.hpp"
 #include "schedule.hpp"
 #include "spares.hpp"
@@ -44,7 +46,8 @@ struct Attempt {
 struct RecoveryFigures {
   Recovery rc;
   double detect = 0, reconfigure = 0, heal = 0;  // the slowest rank's seconds of each part
-  double bytes = 0;
+  double bytes = 0;       // every rank's
+  double rank_bytes = 0;  // the rank that received the most
   int steps_before = 0;
   double seconds() const { return detect + reconfigure + heal; }
 };
@@ -53,7 +56,7 @@ struct RecoveryFigures {
 // rebalance (its replica's shares follow its speed) or rebalance_end.
 
 // A repair after real deaths, as the survivors measured it: the interrupted attempt's start, the
-// first and the last survivor's notice, and the slowest revoke + agree + shrink.
+// first and the last survivor's notice, and the revoke + agree + shrink after the last notice.
 struct RepairTimes {
   double t_attempt = 0, first = 0, last = 0, repair = 0;
 };
@@ -99,8 +102,9 @@ class RunRecord {
   // The current step's per-rank parts of its row, filled from the metrics gather.
   void clear_rank_rows();
   void set_rank_row(int rank, const std::array<double, kPhaseCount>& phases, RankUsage usage);
-  // The step's row and its line. group_size: the ranks that took part (MFU's denominator).
-  void record_step(const Attempt& a, int group_size);
+  // The step's row and its line. group_size: the ranks that took part (MFU's denominator); newest:
+  // false for a row a failure kept out, written after the recovery that followed it.
+  void record_step(const Attempt& a, int group_size, bool newest = true);
   // The attempt's row, if a failure kept it out of the file. It holds the phases the recorder
   // knows (its own when the metrics gather failed, none when it inherited the file).
   void write_missing_row(const Attempt& a, int group_size);
@@ -152,6 +156,24 @@ class RunRecord {
   void abandon(double wall, const std::string& why);
 
  private:
+  // How an event's seconds go on the emulated clock (emulated_clock.hpp): a span of the run clock
+  // (a wait, or work run slowed: over the factor), this host's own work charged the machine's
+  // price, or a figure already on the rows' clock (the rolled-back steps' time to recompute).
+  enum class Clocked { Span, Charged, Figure };
+  // Appends an event at run-clock t lasting `seconds` here; `emulated`: the charge (Charged) or
+  // the figure (Figure). Under wall timing every event is a Span on the run clock.
+  // Returns its duration on the emulated clock.
+  double event(double t, int s, const std::string& kind, int rank, int replica, double bytes, double seconds,
+               const std::string& detail, Clocked how = Clocked::Span, double emulated = 0);
+  // What the machine pays to heal (or load) f's bytes: the most any rank received, as the emulated
+  // shape's, over the scale-out link (heal) or the checkpoint storage (load).
+  double heal_charge(const RecoveryFigures& f) const;
+  double load_charge(const RecoveryFigures& f) const;
+  // The machine's costs (jobs/machines/*.yaml) and the emulated job's bytes per byte here.
+  const RecoveryCosts& costs() const { return recovery_costs(o_.machine); }
+  double state_bytes_ratio() const;
+  bool paced() const { return o_.pacing.enabled; }
+  void start_clock();
   void write_summary(double wall);
   // A reconfiguration that reloaded the last checkpoint (--policy restart, or no live replica held
   // every shard): its restore, rollback and recompute events (the rows after it rolled back).
@@ -178,6 +200,8 @@ class RunRecord {
   double recorder_seconds_ = 0;  // time appending and flushing rows
   double worst_overrun_ = 0;     // paced: real / emulated compute time, the worst any rank reported
   bool warned_overrun_ = false;  // paced: the first step past the limit was announced
+  EmulatedClock clock_;          // the rows' and events' clock: the run clock under wall timing
+  double recovery_since_row_ = 0;  // paced: the recovery events' emulated seconds since the last row
 };
 
 }  // namespace ntp

@@ -65,8 +65,9 @@ Peak find_peak(const Options& o, Comm& world, int threads) {
   const bool root = world.rank() == 0;
   if (o.peak_gflops > 0) return {o.peak_gflops, "--peak-gflops"};
   if (o.pacing.enabled) {
-    const PacingConfig r = paced_rates(o);
-    return {r.device_gflops, fmt::format("the emulated device (--machine {}, time scale {})", o.machine, r.time_scale)};
+    // At the machine's own speed: paced figures are on the emulated clock (emulated_clock.hpp).
+    const PacingConfig r = paced_rates(o, 1.0);
+    return {r.device_gflops, fmt::format("the emulated device (--machine {})", o.machine)};
   }
   if (o.backend != BackendKind::Cpu) {
     if (root) fmt::print("note: --backend {} without --peak-gflops: MFU is not reported\n", o.backend);
@@ -287,10 +288,10 @@ double TrainingRun::reconfigure(int s, const StepEvents& ev) {
 }
 
 RecoveryFigures TrainingRun::figures(const Recovery& rc, int steps_before) {
-  double slowest[3] = {rc.detect, rc.reconfigure, rc.heal};
-  members_.group().allreduce_max(slowest, 3);
+  double slowest[4] = {rc.detect, rc.reconfigure, rc.heal, rc.heal_bytes};
+  members_.group().allreduce_max(slowest, 4);
   RecoveryFigures f{.rc = rc, .detect = slowest[0], .reconfigure = slowest[1], .heal = slowest[2],
-                    .bytes = rc.heal_bytes, .steps_before = steps_before};
+                    .bytes = rc.heal_bytes, .rank_bytes = slowest[3], .steps_before = steps_before};
   members_.group().allreduce_sum(&f.bytes, 1);
   return f;
 }

@@ -70,6 +70,7 @@ EventRow make_event(double time, std::int64_t step, const std::string& kind, int
                     double duration, const std::string& detail) {
   EventRow e{};
   e.time = time, e.step = step, e.rank = rank, e.replica = replica, e.bytes = bytes, e.duration = duration;
+  e.host_time = time, e.host_duration = duration;  // RunRecord sets this host's where the clocks differ
   kind.copy(e.kind, sizeof e.kind - 1);
   detail.copy(e.detail, sizeof e.detail - 1);
   return e;
@@ -288,22 +289,29 @@ void Recorder::event(const EventRow& e) {
   flush();
 }
 
-std::pair<int, double> Recorder::roll_back_after(std::int64_t optimizer_step) {
-  int n = 0;
-  double seconds = 0;
+Recorder::RolledBack Recorder::roll_back_after(std::int64_t optimizer_step) {
+  RolledBack out;
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     auto& r = rows_[i];
     if (r.tokens_committed == 0 || r.optimizer_step <= optimizer_step) continue;
     r.tokens_committed = 0;
-    ++n;
-    seconds += r.t_end - r.t_start;
+    ++out.rows;
+    out.seconds += r.t_end - r.t_start, out.host_seconds += r.host_t_end - r.host_t_start;
     write_row(steps_, row_type_, static_cast<std::int64_t>(i), {}, &r);  // the file keeps one row per executed step
   }
   flush();
-  return {n, seconds};
+  return out;
 }
 
-void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops, bool paced) {
+std::pair<double, double> Recorder::last_moment() const {
+  std::pair<double, double> last{0, 0};
+  if (!rows_.empty()) last = {rows_.back().host_t_end, rows_.back().t_end};
+  for (const EventRow& e : event_rows_)
+    if (e.host_time + e.host_duration > last.first) last = {e.host_time + e.host_duration, e.time + e.duration};
+  return last;
+}
+
+void Recorder::write_summary(double wall_seconds, double host_wall_seconds, int ranks, double peak_gflops, bool paced) {
   double tokens = 0, committed = 0, step_s = 0, productive = 0, recovery = 0, idle = 0, flops = 0;
   int overruns = 0, training_steps = 0;
   std::vector<double> healthy;
@@ -346,6 +354,9 @@ void Recorder::write_summary(double wall_seconds, int ranks, double peak_gflops,
   put("tokens", tokens);
   put("tokens_committed", committed);
   put("wall_seconds", wall_seconds);
+  put("host_wall_seconds", host_wall_seconds);
+  // Which clock the times are on: the emulated machine's under paced timing (emulated_clock.hpp).
+  h5::set_attr(f, "summary", "clock", std::string(paced ? "emulated" : "host"));
   put("step_seconds", step_s);
   put("productive_seconds", productive);
   put("recovery_seconds", recovery);
@@ -390,7 +401,7 @@ PacedVerdict paced_verdict(const std::vector<StepRow>& rows) {
   double link_even = 0, rank_seconds = 0, even_rank_seconds = 0;
   for (const auto& r : rows) {
     ++v.steps, v.steps_overran += r.paced_overrun != 0;
-    const double rank_s = (r.t_end - r.t_start) * r.live_ranks;
+    const double rank_s = (r.host_t_end - r.host_t_start) * r.live_ranks;  // lateness is this host's
     v.compute_seconds += r.paced_overrun_seconds, v.link_seconds += r.paced_link_overrun_seconds;
     rank_seconds += rank_s;
     if (!r.paced_peers_uneven) link_even += r.paced_link_overrun_seconds, even_rank_seconds += rank_s;

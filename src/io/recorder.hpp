@@ -19,7 +19,7 @@
 
 namespace ntp {
 
-inline constexpr const char* kSchemaVersion = "1";
+inline constexpr const char* kSchemaVersion = "2";
 
 // The columns of the compound datasets, declared once. Each list X(C++ type, name) makes its row
 // struct here and its HDF5 compound type in recorder.cpp, in this order; results/README.md's
@@ -74,7 +74,9 @@ inline bool step_overran(double worst_rank_seconds, double step_seconds) {
   X(std::int64_t, step)             /* schedule step (slot), from 1 */                            \
   X(std::int64_t, optimizer_step)   /* AdamW steps taken after this row (back after a restore) */ \
   X(double, t_start)                /* seconds since the run started */                           \
-  X(double, t_end)                                                                                \
+  X(double, t_end)                  /* paced: the emulated clock (emulated_clock.hpp) */          \
+  X(double, host_t_start)           /* this host's run clock (the same as t_* under wall timing) */ \
+  X(double, host_t_end)                                                                           \
   X(std::int64_t, sample_begin)     /* global cursor at the start of the step */                  \
   X(std::int64_t, samples)          /* sequences processed this step (all replicas) */            \
   X(std::int64_t, tokens)           /* tokens processed */                                        \
@@ -105,7 +107,9 @@ inline bool step_overran(double worst_rank_seconds, double step_seconds) {
   X(std::int32_t, replica)   \
   X(double, bytes)           \
   X(double, duration)        \
-  X(FixedText<96>, detail)
+  X(FixedText<96>, detail)   \
+  X(double, host_time)       \
+  X(double, host_duration)
 
 // /ranks/incarnations: one process that held a logical rank; a rank killed and revived for real
 // has two, the second a new process.
@@ -169,12 +173,19 @@ class Recorder {
   void incarnation_start(int rank, long long pid, const std::string& host, double t);
   void incarnation_end(int rank, double t);
   // A restore to optimizer step s: committed rows past s lose their commit. Returns the rows and
-  // their step time (the work to be recomputed).
-  std::pair<int, double> roll_back_after(std::int64_t optimizer_step);
-  // Writes /summary from the rows and events (wall_seconds: the whole run; paced: --timing paced,
-  // whose verdict `status` is then overran when real time exceeded emulated time in more than
-  // kPacedOverrunLimit of the ranks' step time).
-  void write_summary(double wall_seconds, int ranks, double peak_gflops, bool paced);
+  // their step time (the work to be recomputed), on the rows' clock and on this host's.
+  struct RolledBack {
+    int rows = 0;
+    double seconds = 0, host_seconds = 0;
+  };
+  RolledBack roll_back_after(std::int64_t optimizer_step);
+  // The file's last moment on this host's run clock and on the rows' clock (a recorder that takes
+  // the file over resumes the emulated clock there); (0, 0) for an empty file.
+  std::pair<double, double> last_moment() const;
+  // Writes /summary from the rows and events (wall_seconds: the whole run on the rows' clock,
+  // host_wall_seconds on this host's; paced: --timing paced, whose verdict `status` is then overran
+  // when real time exceeded emulated time in more than kPacedOverrunLimit of the ranks' step time).
+  void write_summary(double wall_seconds, double host_wall_seconds, int ranks, double peak_gflops, bool paced);
   PacedVerdict paced_verdict() const;
   void set_summary(const std::string& name, double value);
   // A run that ended before its last step (exit 3 or 4): /summary status `stopped`, and why.

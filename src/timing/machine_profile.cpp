@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include <yaml-cpp/yaml.h>
+
 namespace ntp {
 
 double MachineProfile::tflops(const std::string& precision) const {
@@ -11,24 +13,64 @@ double MachineProfile::tflops(const std::string& precision) const {
   throw std::invalid_argument("unknown precision '" + precision + "' (bf16, tf32 or fp32)");
 }
 
+namespace {
+
+YAML::Node field(const YAML::Node& n, const char* key, const std::string& what) {
+  const YAML::Node v = n[key];
+  if (!v) throw std::invalid_argument(what + ": no '" + key + "'");
+  return v;
+}
+
+double positive(const YAML::Node& n, const char* key, const std::string& what) {
+  const double v = field(n, key, what).as<double>();
+  if (!(v > 0)) throw std::invalid_argument(what + ": '" + key + "' must be above 0");
+  return v;
+}
+
+Sourced sourced(const YAML::Node& n, const char* key, const std::string& what) {
+  const YAML::Node f = field(n, key, what);
+  const std::string where = what + ": recovery." + key;
+  Sourced s{f["value"] ? f["value"].as<double>() : -1, f["source"] ? f["source"].as<std::string>() : ""};
+  if (!(s.value >= 0)) throw std::invalid_argument(where + " needs a value of 0 or more");
+  if (s.source.empty()) throw std::invalid_argument(where + " needs a source");
+  return s;
+}
+
+}  // namespace
+
+MachineProfile parse_machine_profile(const std::string& yaml, const std::string& what) {
+  try {
+    const YAML::Node n = YAML::Load(yaml);
+    MachineProfile p;
+    p.name = field(n, "name", what).as<std::string>();
+    p.source = field(n, "source", what).as<std::string>();
+    p.bf16_tflops = positive(n, "bf16_tflops", what);
+    p.tf32_tflops = positive(n, "tf32_tflops", what);
+    p.fp32_tflops = positive(n, "fp32_tflops", what);
+    p.memory_gbps = positive(n, "memory_gbps", what);
+    p.scale_up_gbps = positive(n, "scale_up_gbps", what);
+    p.scale_out_gbps = positive(n, "scale_out_gbps", what);
+    p.latency_us = field(n, "latency_us", what).as<double>();
+    p.gpus_per_domain = field(n, "gpus_per_domain", what).as<int>();
+    const YAML::Node r = field(n, "recovery", what);
+    RecoveryCosts& c = p.recovery;
+    c.detect = sourced(r, "detect", what), c.repair = sourced(r, "repair", what);
+    c.reconfigure = sourced(r, "reconfigure", what), c.replace = sourced(r, "replace", what);
+    c.takeover = sourced(r, "takeover", what), c.restart = sourced(r, "restart", what);
+    c.checkpoint_gbps = sourced(r, "checkpoint_gbps", what);
+    if (!(c.checkpoint_gbps.value > 0)) throw std::invalid_argument(what + ": recovery.checkpoint_gbps must be above 0");
+    return p;
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument(what + ": " + e.what());
+  }
+}
+
 const std::vector<MachineProfile>& machine_profiles() {
-  // Dense (no sparsity) tensor-core peaks and link rates from NVIDIA's datasheets. Each way: NVLink's
-  // quoted bidirectional figure halved. The latency is a small NCCL message's order on either link,
-  // the figure bench_resilience's paced rows always used.
-  static const std::vector<MachineProfile> profiles = {
-      {.name = "dgx-a100", .bf16_tflops = 312, .tf32_tflops = 156, .fp32_tflops = 19.5, .memory_gbps = 2039,
-       .scale_up_gbps = 300, .scale_out_gbps = 25, .latency_us = 5, .gpus_per_domain = 8,
-       .source = "NVIDIA DGX A100 datasheet: A100 SXM4 80GB (312 TFLOP/s bf16 dense, HBM2e 2,039 GB/s), NVLink 3 "
-                 "(600 GB/s per GPU both ways), one ConnectX-6 HDR 200 Gb/s per GPU"},
-      {.name = "dgx-h100", .bf16_tflops = 989, .tf32_tflops = 494.5, .fp32_tflops = 67, .memory_gbps = 3350,
-       .scale_up_gbps = 450, .scale_out_gbps = 50, .latency_us = 5, .gpus_per_domain = 8,
-       .source = "NVIDIA DGX H100 datasheet and H100 SXM5 specifications (989 TFLOP/s bf16 dense, HBM3 3.35 TB/s), "
-                 "NVLink 4 (900 GB/s per GPU both ways), one ConnectX-7 NDR 400 Gb/s per GPU"},
-      {.name = "gb200-nvl72", .bf16_tflops = 2500, .tf32_tflops = 1250, .fp32_tflops = 80, .memory_gbps = 8000,
-       .scale_up_gbps = 900, .scale_out_gbps = 50, .latency_us = 5, .gpus_per_domain = 72,
-       .source = "NVIDIA GB200 NVL72 specifications per GPU (180 PFLOP/s bf16 dense and 576 TB/s of HBM3e over 72 "
-                 "GPUs), NVLink 5 (1.8 TB/s per GPU both ways) across the rack, one ConnectX-7 400 Gb/s per GPU"},
-  };
+  static const std::vector<MachineProfile> profiles = [] {
+    std::vector<MachineProfile> out;
+    for (const auto& [file, text] : machine_files()) out.push_back(parse_machine_profile(text, "jobs/machines/" + file));
+    return out;
+  }();
   return profiles;
 }
 
@@ -45,6 +87,10 @@ const MachineProfile& machine_profile(const std::string& name) {
   std::string known;
   for (const auto& p : machine_profiles()) known += (known.empty() ? "" : ", ") + p.name;
   throw std::invalid_argument("unknown machine '" + name + "' (" + known + ", or custom)");
+}
+
+const RecoveryCosts& recovery_costs(const std::string& machine) {
+  return machine_profile(machine == "custom" ? kCustomRecoveryMachine : machine).recovery;
 }
 
 }  // namespace ntp

@@ -265,8 +265,9 @@ std::vector<OptionSpec> failure_options() {
        .check = Check::OneOf, .choices = choice_names<Timing>(), .missing = Missing::Default},
       {.flag = "--machine", .key = "pacing/machine", .field = NTP_FIELD(machine),
        .help = "Paced: the machine each rank emulates one GPU of: dgx-a100, dgx-h100 or gb200-nvl72 (device FLOP/s, "
-               "NVLink and NIC bandwidth, latency; src/timing/machine_profile.cpp names the sources), or custom "
-               "(the default: the rates of --device-gflops, --memory-gbps, --tp-gbps, --dp-gbps and --link-latency-us)",
+               "NVLink and NIC bandwidth, latency, and what each part of a recovery costs there; jobs/machines/*.yaml "
+               "names the sources), or custom (the default: the rates of --device-gflops, --memory-gbps, --tp-gbps, "
+               "--dp-gbps and --link-latency-us, and dgx-a100's recovery costs)",
        .check = Check::OneOf, .choices = machine_names(), .missing = Missing::Legacy, .legacy = "custom"},
       {.flag = "--time-scale", .key = "pacing/time_scale", .field = NTP_FIELD(time_scale),
        .help = "Paced: every rate of the machine is slowed by this one factor, so every ratio stays the machine's. "
