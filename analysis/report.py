@@ -22,6 +22,7 @@ COLUMNS = [
     ("policy", "policy", "{}"),
     ("kill_mode", "kills", "{}"),
     ("layout", "TPxPPxDP", "{}"),
+    ("clock", "clock", "{}"),
     ("steps", "slots", "{:d}"),
     ("training_steps", "trained", "{:d}"),
     ("failures", "fail", "{:d}"),
@@ -33,11 +34,12 @@ COLUMNS = [
     ("recovery_seconds", "recov s", "{:.3f}"),
     ("heal_bytes", "heal bytes", "{:.3g}"),
     ("paced_overrun_steps", "overrun", "{:d}"),
+    ("host_wall_seconds", "host s", "{:.1f}"),
     ("status", "status", "{}"),
 ]
 # The default: what decides between runs, one terminal line each (--wide: both tables above).
 COMPACT_COLUMNS = [c for c in COLUMNS if c[0] in (
-    "file", "policy", "kill_mode", "layout", "steps", "training_steps", "failures", "goodput_tokens_per_s",
+    "file", "policy", "kill_mode", "layout", "clock", "steps", "training_steps", "failures", "goodput_tokens_per_s",
     "goodput_ratio", "recovery_seconds", "status")]
 RECOVERY_COLUMNS = [
     ("file", "file", "{}"),
@@ -59,7 +61,7 @@ RECOVERY_COLUMNS = [
 # What recovery_seconds (recov s: the time steps spent recovering before they trained, on the
 # recording rank's clock) is made of. Each part is the slowest rank's (/events), so `other s`, what
 # no part names, is a few ms either way: below 0 when a slower rank's part outlasted the recording
-# rank's. `lost s` and `recomp s` are not part of it: they are work thrown away (an interrupted
+# rank's (under paced timing recov s is the parts' sum on the emulated clock, with `notice`). `lost s` and `recomp s` are not part of it: they are work thrown away (an interrupted
 # attempt; the steps a restart rolls back and redoes).
 RECOVERY_PARTS = ["recovery_repair_seconds", "recovery_detect_seconds", "recovery_reconfigure_seconds",
                   "recovery_spawn_seconds", "recovery_spare_seconds", "recovery_heal_seconds"]
@@ -148,10 +150,15 @@ def run_row(path: str) -> tuple[dict, list[str]]:
     row["hang_detect_seconds"] = float(hangs["duration"].sum()) if len(hangs) else 0.0
     row["failure_events"] = failure_events(run)
     row["status"] = status
-    try:  # paced timing's factor: the run's seconds are the machine's times this
-        row["time_scale"] = json.loads(run.attrs.get("paced_machine", "{}")).get("time_scale")
+    try:  # paced timing: the machine whose clock the figures are on, and this host's factor
+        machine = json.loads(run.attrs.get("paced_machine", "{}") or "{}")
     except (TypeError, ValueError):
-        row["time_scale"] = None
+        machine = {}
+    row["time_scale"] = machine.get("time_scale")
+    row["machine"] = machine.get("machine")
+    clock = (run.summary or {}).get("clock", "host")
+    row["clock"] = (f"{row['machine']} x{row['time_scale']:g}" if clock == "emulated" and row["time_scale"]
+                    else "host")
     return row, problems
 
 
@@ -205,11 +212,14 @@ def main(args) -> int:
             if r["failure_events"]:
                 print()
                 print(format_failures(r["file"], r["failure_events"]))
-        scales = sorted({r["time_scale"] for r in rows if r.get("time_scale")})
-        if len(scales) > 1:
-            print(f"note: these paced runs ran at different time scales ({', '.join(f'{s:g}' for s in scales)}): "
-                  f"their seconds, tokens/s and MFU are on different clocks and do not compare (give each run "
-                  f"the same --time-scale)")
+        if any(r["clock"] != "host" for r in rows):
+            print("clock `MACHINE xF`: every figure is the emulated MACHINE's, on its clock (its steps ran F times "
+                  "slowed here; each recovery part is charged jobs/machines/MACHINE.yaml's seconds), whatever F; "
+                  "`host`: this host's run clock (--wide: host s, this host's seconds)")
+        old = sorted({r["time_scale"] for r in rows if r.get("time_scale") and r["clock"] == "host"})
+        if len(old) > 1:
+            print(f"note: these paced runs from before the emulated clock ran at different time scales "
+                  f"({', '.join(f'{s:g}' for s in old)}): their seconds, tokens/s and MFU do not compare")
         incomplete = [r["file"] for r in rows if not r["complete"]]
         for f in incomplete:
             print(f"note: {f} has no /summary (run cut short): figures come from its completed steps; "

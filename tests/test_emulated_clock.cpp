@@ -30,7 +30,7 @@ TEST(EmulatedClock, AMomentBeforeALaterChargeKeepsItsPlace) {
   ntp::EmulatedClock c(100);
   c.charge(50, 10, 7);
   EXPECT_DOUBLE_EQ(c.at(40), 0.4);            // a kill noticed before the repair, recorded after it
-  EXPECT_DOUBLE_EQ(c.span(40, 30), 0.3 + 7);  // a span across the repair holds its charge
+  EXPECT_DOUBLE_EQ(c.span(40, 30), 0.2 + 7);  // a span across the repair: 20 s of it run slowly, then the charge
 }
 
 TEST(EmulatedClock, AStepStartsAfterTheChargesBeforeIt) {
@@ -38,7 +38,7 @@ TEST(EmulatedClock, AStepStartsAfterTheChargesBeforeIt) {
   c.charge(5, 2, 3);  // the ranks' slowest parts, summed, end at 7; the step began at 6
   c.charge(7, 0, 1);
   c.settle(6);
-  EXPECT_DOUBLE_EQ(c.at(6), 0.5 + 3 - 0.1 + 1);
+  EXPECT_DOUBLE_EQ(c.at(6), 0.6 + (3 - 0.1) + 1);  // the first span cut at 6: 1 s of it here
   EXPECT_DOUBLE_EQ(c.span(6, 10), 1.0);
 }
 

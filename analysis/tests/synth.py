@@ -14,6 +14,7 @@ import json
 
 import h5py
 import numpy as np
+import numpy.lib.recfunctions as rfn
 
 PHASES = ["forward", "backward", "tp_comm", "dp_comm", "reshard", "optimizer", "recovery", "idle", "other"]
 STEP_DTYPE = np.dtype([
@@ -152,6 +153,10 @@ def write_run(path, *, policy="ntp", tp=2, dp=2, steps=12, kill_step=None, kill_
     steps_arr["mfu"] = steps_arr["flops"] / (dts * ranks * PEAK * 1e9)
     wall = float(steps_arr["t_end"][-1]) + 0.02
     ev_arr = np.array(events, dtype=EVENT_DTYPE)
+    # Schema 2's host clock: a wall-timed run's is its own.
+    steps_arr = rfn.append_fields(steps_arr, ["host_t_start", "host_t_end"], [steps_arr["t_start"], steps_arr["t_end"]],
+                                  usemask=False)
+    ev_arr = rfn.append_fields(ev_arr, ["host_time", "host_duration"], [ev_arr["time"], ev_arr["duration"]], usemask=False)
 
     summ = _summary(steps_arr, np.array(state_rows), ev_arr, wall, ranks)
     if corrupt:
@@ -161,7 +166,7 @@ def write_run(path, *, policy="ntp", tp=2, dp=2, steps=12, kill_step=None, kill_
     with h5py.File(path, "w") as f:
         cfg = {"preset": "synthetic", "tp": tp, "steps": steps, "policy": policy, "micro_batch": MICRO}
         for k, v in {
-            "schema_version": "1", "ntpbench_version": "synthetic", "git_revision": "0000000",
+            "schema_version": "2", "ntpbench_version": "synthetic", "git_revision": "0000000",
             "start_time": "2025-01-01T00:00:00Z", "hosts": json.dumps(["synth"] * ranks),
             "mpi_library_version": "none", "policy": policy, "timing": timing, "config": json.dumps(cfg),
             "data": "synthetic test data", "peak_gflops_source": "synthetic", "blas_core": "none",
@@ -208,7 +213,7 @@ def _summary(st, state, ev, wall, ranks):
 
     return {
         "steps": len(st), "training_steps": int((st["tokens_committed"] > 0).sum()), "tokens": int(st["tokens"].sum()), "tokens_committed": int(st["tokens_committed"].sum()),
-        "wall_seconds": wall, "step_seconds": float(dt.sum()),
+        "wall_seconds": wall, "host_wall_seconds": wall, "step_seconds": float(dt.sum()),
         "productive_seconds": float(dt[st["tokens_committed"] > 0].sum()),
         "recovery_seconds": float(st["recovery_seconds"].sum()), "idle_seconds": float(st["idle_seconds"].sum()),
         "throughput_tokens_per_s": float(st["tokens"].sum() / dt.sum()), "goodput_tokens_per_s": float(good),

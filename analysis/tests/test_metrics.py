@@ -10,7 +10,7 @@ from analysis.runfile import SUMMARY_KEYS, SchemaError, load_run
 
 def test_load_every_part(runs):
     run = load_run(runs["ntp"])
-    assert run.attrs["schema_version"] == "1" and run.policy == "ntp"
+    assert run.attrs["schema_version"] == "2" and run.policy == "ntp"
     assert (run.tp, run.dp, run.ranks) == (4, 2, 8)
     n = len(run.steps)
     assert n == 12
@@ -88,7 +88,7 @@ def test_absent_events_gives_empty_frame(runs, tmp_path):
     assert any("no /events" in n for n in run.notes)
 
 
-@pytest.mark.parametrize("version", ["0.1", "2", None])
+@pytest.mark.parametrize("version", ["0.1", "3", None])
 def test_unknown_schema_refused(runs, tmp_path, version):
     import shutil
     p = tmp_path / "old.h5"

@@ -53,7 +53,7 @@ def test_real_run_schema_v1(real_run):
     with h5py.File(real_run, "r") as f:
         version = f.attrs.get("schema_version")
         version = version.decode() if isinstance(version, bytes) else str(version)
-        assert version == "1", f"recorder writes schema_version {version!r}; results/README.md documents '1'"
+        assert version == "2", f"recorder writes schema_version {version!r}; results/README.md documents '2'"
         for a in ("ntpbench_version", "git_revision", "start_time", "hosts", "mpi_library_version", "ranks", "tp",
                   "replicas", "policy", "kill_mode", "kill_mode_reason", "timing", "config", "data", "tokens_per_sample", "threads_per_rank",
                   "peak_gflops_per_rank", "peak_gflops_source", "blas_core", "blas_config",

@@ -15,13 +15,14 @@ import pytest
 from conftest import ENV, MPIRUN, NTPBENCH, ROOT, ntpbench, replay, schedule
 
 STEP_FIELDS = {
-    "step": "i8", "optimizer_step": "i8", "t_start": "f8", "t_end": "f8", "sample_begin": "i8", "samples": "i8",
+    "step": "i8", "optimizer_step": "i8", "t_start": "f8", "t_end": "f8", "host_t_start": "f8", "host_t_end": "f8",
+    "sample_begin": "i8", "samples": "i8",
     "tokens": "i8", "tokens_committed": "i8", "loss": "f8", "grad_norm": "f8", "lr": "f8", "flops": "f8",
     "mfu": "f8", "live_ranks": "i4", "active_replicas": "i4", "recovery_seconds": "f8", "idle_seconds": "f8",
     "paced_overrun": "i1", "paced_link_overruns": "i4",
 }
 EVENT_FIELDS = {"time": "f8", "step": "i8", "kind": "S16", "rank": "i4", "replica": "i4", "bytes": "f8",
-                "duration": "f8", "detail": "S96"}
+                "duration": "f8", "detail": "S96", "host_time": "f8", "host_duration": "f8"}
 STRING_ATTRS = ["schema_version", "ntpbench_version", "git_revision", "start_time", "hosts", "mpi_library_version",
                 "policy", "timing", "config", "data", "blas_core", "blas_config", "OPENBLAS_CORETYPE",
                 "OPENBLAS_L2_SIZE", "peak_gflops_source", "final_checkpoint"]
@@ -31,7 +32,7 @@ SUMMARY = ["steps", "tokens", "tokens_committed", "wall_seconds", "step_seconds"
            "healthy_throughput_tokens_per_s", "goodput_ratio", "mfu", "failures", "revivals",
            "recovery_detect_seconds", "recovery_reconfigure_seconds", "recovery_heal_seconds",
            "recovery_recompute_seconds", "recovery_lost_seconds", "recovery_repair_seconds", "heal_bytes", "paced_overrun_steps", "final_loss", "recorder_seconds",
-           "training_steps", "recovery_spawn_seconds", "recovery_spare_seconds", "spares_used"]
+           "training_steps", "recovery_spawn_seconds", "recovery_spare_seconds", "spares_used", "host_wall_seconds"]
 
 
 def test_schema(tmp_path):
@@ -45,7 +46,7 @@ def test_schema(tmp_path):
         for a in INT_ATTRS:
             assert f.attrs[a].dtype == np.int64, a
         assert f.attrs["peak_gflops_per_rank"].dtype == np.float64
-        assert f.attrs["schema_version"] == "1"
+        assert f.attrs["schema_version"] == "2"
         assert len(json.loads(f.attrs["hosts"])) == 4
         assert json.loads(f.attrs["config"])["tp"] == 2
         s = f["steps"]
@@ -75,6 +76,11 @@ def test_schema(tmp_path):
         assert sm["tokens"] == rows["tokens"].sum() and sm["tokens_committed"] == rows["tokens_committed"].sum()
         assert sm["steps"] == n and sm["failures"] == 1 and sm["revivals"] == 1
         assert np.isclose(sm["step_seconds"], (rows["t_end"] - rows["t_start"]).sum())
+        # Under wall timing the emulated clock is this host's: the host columns are the same times.
+        ev = e[()]
+        assert sm["clock"] == "host" and sm["host_wall_seconds"] == sm["wall_seconds"]
+        assert (rows["host_t_start"] == rows["t_start"]).all() and (rows["host_t_end"] == rows["t_end"]).all()
+        assert (ev["host_time"] == ev["time"]).all() and (ev["host_duration"] == ev["duration"]).all()
         assert sm["wall_seconds"] >= sm["step_seconds"]
         # Phases are exclusive: a rank's phases up to a row add up to at most the run's time up to
         # that row's end (recovery before a step is charged to that step's row). Cumulative, because
