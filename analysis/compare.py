@@ -63,12 +63,20 @@ def _models(runs: list[Run]) -> list[str]:
     return out
 
 
+def _machine(run: Run) -> str:
+    """The emulated machine of a paced run (its clock: the time scale does not matter), else '-'."""
+    try:
+        return str(json.loads(run.attrs.get("paced_machine", "{}") or "{}").get("machine", "-"))
+    except (TypeError, ValueError):
+        return "-"
+
+
 def comparability_problems(runs: list[Run]) -> list[str]:
     """One line per property the runs do not share (model/preset, timing mode, rank count); [] when
     their absolute tokens/s can share an axis."""
     out = []
     for what, values in (("model", _models(runs)), ("timing", [str(r.attrs.get("timing", "?")) for r in runs]),
-                         ("ranks", [str(r.ranks) for r in runs])):
+                         ("emulated machine", [_machine(r) for r in runs]), ("ranks", [str(r.ranks) for r in runs])):
         groups: dict = {}
         for v, r in zip(values, runs):
             groups.setdefault(v, []).append(r.name)

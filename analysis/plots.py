@@ -27,6 +27,7 @@ others out.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -61,7 +62,18 @@ def _stem(path: str, used: set) -> str:
 def _title(run: Run) -> str:
     status = paced_status(run)
     over = " [OVERRAN: real time past emulated time]" if status == "overran" else ""
-    return f"{run.name}: policy {run.policy}, TP {run.tp} x DP {run.dp}, {run.attrs.get('timing', '?')} timing{over}"
+    return f"{run.name}: policy {run.policy}, TP {run.tp} x DP {run.dp}, {clock_label(run)}{over}"
+
+
+def clock_label(run: Run) -> str:
+    """Whose seconds the figure shows: the emulated machine's (paced timing, schema 2), or this host's."""
+    if (run.summary or {}).get("clock") != "emulated":
+        return f"{run.attrs.get('timing', '?')} timing"
+    try:
+        m = json.loads(run.attrs.get("paced_machine", "{}") or "{}")
+    except (TypeError, ValueError):
+        m = {}
+    return f"emulated {m.get('machine', '?')} (its clock; run {m.get('time_scale', 0):g}x slowed here)"
 
 
 # Events that bring a killed rank back: a revival, or a spare taking its place.

@@ -73,6 +73,26 @@ RECOVERY_FOOTNOTE = (
     "  interrupted attempt; steps a restart redoes), are not in recov s")
 
 
+UNITS = {"checkpoint_gbps": "GB/s per GPU"}
+
+
+def format_charges(rows: list[dict]) -> list[str]:
+    """For the paced runs: what each recovery part was charged on their machine, with its source (the
+    `recovery` of the `paced_machine` attribute, from jobs/machines/*.yaml), once per machine."""
+    out, seen = [], set()
+    for r in rows:
+        rec = r.get("recovery_costs")
+        if not rec or r["clock"] == "host" or rec.get("machine") in seen:
+            continue
+        seen.add(rec["machine"])
+        out.append(f"{rec['machine']}'s recovery charges (jobs/machines/{rec['machine']}.yaml); heals: their bytes "
+                   f"over the scale-out link")
+        for part, f in rec.items():
+            if isinstance(f, dict):
+                out.append(f"  {part} {f['value']:g} {UNITS.get(part, 's')}: {f['source']}")
+    return out
+
+
 def failure_events(run) -> list[dict]:
     """One entry per failure: the `kill` events of one step. Ranks lost = GPUs lost (one rank per
     GPU); their hosts (the root attribute `hosts`, each rank's host at job start), the hosts that
@@ -156,6 +176,7 @@ def run_row(path: str) -> tuple[dict, list[str]]:
         machine = {}
     row["time_scale"] = machine.get("time_scale")
     row["machine"] = machine.get("machine")
+    row["recovery_costs"] = machine.get("recovery")
     clock = (run.summary or {}).get("clock", "host")
     row["clock"] = (f"{row['machine']} x{row['time_scale']:g}" if clock == "emulated" and row["time_scale"]
                     else "host")
@@ -204,6 +225,8 @@ def main(args) -> int:
             print(format_table(rows))
             print(format_table(rows, RECOVERY_COLUMNS))
             print(RECOVERY_FOOTNOTE)
+            for line in format_charges(rows):
+                print(line)
         else:
             print(format_table(rows, COMPACT_COLUMNS))
             print("(--wide: throughput, ETTR, MFU, heal bytes, overrun steps, and recov s part by part; "
