@@ -123,7 +123,7 @@ test: build py-deps
 	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) $(PY) -m pytest -q --durations=30 tests/integration analysis/tests
 
 # Every kind of user error launched 20 times under mpirun (tests/integration/test_bad_input_loop.py;
-# `make test` runs it 4 times): each must end with exit 2 and one message, and the launcher with its
+# `make test` runs it twice): each must end with exit 2 and one message, and the launcher with its
 # ranks.
 bad-input: build py-deps
 	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) NTPBENCH_BAD_INPUT_REPEATS=20 $(PY) -m pytest -q tests/integration/test_bad_input_loop.py

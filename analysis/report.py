@@ -69,8 +69,9 @@ RECOVERY_PARTS = ["recovery_repair_seconds", "recovery_detect_seconds", "recover
 RECOVERY_FOOTNOTE = (
     "recov s = repair s + detect s + reconf s + spawn s + spare s + heal s + other s\n"
     "  each part is its slowest rank's and recov s the recording rank's; other s is what no part names (below 0\n"
-    "  when a slower rank's part outlasted the recording rank's); lost s and recomp s, work thrown away (an\n"
-    "  interrupted attempt; steps a restart redoes), are not in recov s")
+    "  when a slower rank's part outlasted the recording rank's; on the emulated clock, the survivors' wait for\n"
+    "  the last one's notice); lost s and recomp s, work thrown away (an interrupted attempt; steps a restart\n"
+    "  redoes), are not in recov s")
 
 
 UNITS = {"checkpoint_gbps": "GB/s per GPU"}
@@ -178,7 +179,7 @@ def run_row(path: str) -> tuple[dict, list[str]]:
     row["machine"] = machine.get("machine")
     row["recovery_costs"] = machine.get("recovery")
     clock = (run.summary or {}).get("clock", "host")
-    row["clock"] = (f"{row['machine']} x{row['time_scale']:g}" if clock == "emulated" and row["time_scale"]
+    row["clock"] = (f"{row['machine']}/x{row['time_scale']:g}" if clock == "emulated" and row["time_scale"]
                     else "host")
     return row, problems
 
@@ -236,7 +237,7 @@ def main(args) -> int:
                 print()
                 print(format_failures(r["file"], r["failure_events"]))
         if any(r["clock"] != "host" for r in rows):
-            print("clock `MACHINE xF`: every figure is the emulated MACHINE's, on its clock (its steps ran F times "
+            print("clock `MACHINE/xF`: every figure is the emulated MACHINE's, on its clock (its steps ran F times "
                   "slowed here; each recovery part is charged jobs/machines/MACHINE.yaml's seconds), whatever F; "
                   "`host`: this host's run clock (--wide: host s, this host's seconds)")
         old = sorted({r["time_scale"] for r in rows if r.get("time_scale") and r["clock"] == "host"})

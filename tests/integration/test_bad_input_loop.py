@@ -11,7 +11,7 @@ layout and --out, spares, paced timing, stragglers, schedules, data, checkpoints
 backend, and the launcher (another MPI's mpirun; ours without --with-ft ulfm under --kill-mode
 signal).
 
-NTPBENCH_BAD_INPUT_REPEATS sets the launches per kind (`make bad-input` runs 20; `make test`, 4).
+NTPBENCH_BAD_INPUT_REPEATS sets the launches per kind (`make bad-input` runs 20; `make test`, 2).
 Every refusal leaves by one of a few exit paths: a parse error on every rank, a UsageError or
 CheckpointError after MPI is up (one rank speaks), or the launcher check before the job connects.
 The seven kinds the loop began with (every path after MPI is up, and --replay's job of one) and the
@@ -29,7 +29,7 @@ import pytest
 
 from conftest import ENV, MPIRUN, NTPBENCH, ULFM, ntpbench
 
-REPEATS = int(os.environ.get("NTPBENCH_BAD_INPUT_REPEATS", "4"))
+REPEATS = int(os.environ.get("NTPBENCH_BAD_INPUT_REPEATS", "2"))
 FEW = max(1, REPEATS // 4)
 # Another MPI's launcher (Debian's Open MPI 4.1), where this build is not against it.
 FOREIGN = pathlib.Path("/usr/bin/mpirun")
