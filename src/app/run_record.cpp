@@ -187,8 +187,8 @@ std::vector<float> compute_share_row(const Options& o, const Configuration& cfg,
 }
 }  // namespace
 
-void RunRecord::record_step(const Attempt& a, int group_size, bool newest) {
-  if (newest) clock_.settle(a.t_start);  // the recoveries told so far came before it
+void RunRecord::record_step(const Attempt& a, int group_size) {
+  clock_.settle(a.t_start);  // the recoveries told so far came before it
   const int s = a.step;
   const StepResult& r = a.r;
   const Configuration& cfg = trainer_.configuration();
@@ -275,7 +275,7 @@ void RunRecord::write_missing_row(const Attempt& a, int group_size) {
   if (a.step == 0 || static_cast<int>(rec_->rows().size()) >= a.step) return;
   if (static_cast<int>(rec_->rows().size()) < a.step - 1)
     throw std::logic_error(fmt::format("the results file lacks rows before step {}", a.step));
-  record_step(a, group_size, false);  // the recovery after it is told already
+  record_step(a, group_size);
 }
 
 void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigures& f, double t_event,

@@ -102,9 +102,9 @@ class RunRecord {
   // The current step's per-rank parts of its row, filled from the metrics gather.
   void clear_rank_rows();
   void set_rank_row(int rank, const std::array<double, kPhaseCount>& phases, RankUsage usage);
-  // The step's row and its line. group_size: the ranks that took part (MFU's denominator); newest:
-  // false for a row a failure kept out, written after the recovery that followed it.
-  void record_step(const Attempt& a, int group_size, bool newest = true);
+  // The step's row and its line. group_size: the ranks that took part (MFU's denominator). A row
+  // a failure kept out is written before the repair that followed it is recorded.
+  void record_step(const Attempt& a, int group_size);
   // The attempt's row, if a failure kept it out of the file. It holds the phases the recorder
   // knows (its own when the metrics gather failed, none when it inherited the file).
   void write_missing_row(const Attempt& a, int group_size);
