@@ -165,17 +165,28 @@ def _add_simulate(sub) -> None:
                    help="slow episodes each GPU starts per day (Poisson)")
     g.add_argument("--slow-hours", type=float, default=2.0, help="length of a slow episode (hours)")
     g.add_argument("--slow-factor", type=float, default=2.0, help="a slow GPU computes this many times slower")
-    g = s.add_argument_group("costs")
-    g.add_argument("--recovery-seconds", type=float, default=60.0,
-                   help="whole-job stall per failure (detect + reconfigure), trace goodput")
-    g.add_argument("--heal-seconds", type=float, default=5.0,
-                   help="whole-job stall per repair (re-admit and heal; TorchFT: 12 GB in 4-5 s); with "
+    g = s.add_argument_group("costs (each from --machine's profile unless given)")
+    g.add_argument("--machine", default="gb200-nvl72", metavar="NAME",
+                   help="the machine whose profile, jobs/machines/NAME.yaml (recovery seconds, links, checkpoint "
+                        "storage), gives every cost below that is not given, by the rules ntpbench's paced runs "
+                        "charge (analysis/simulate/costs.py, Costs.from_profile)")
+    g.add_argument("--machines-dir", metavar="DIR",
+                   help="read the machines' profiles from DIR (default %(default)s: jobs/machines; also for --from-run)")
+    g.add_argument("--recovery-seconds", type=float, default=None,
+                   help="whole-job stall per failure, trace goodput (default %(default)s: the profile's detect + "
+                        "repair + reconfigure)")
+    g.add_argument("--heal-seconds", type=float, default=None,
+                   help="whole-job stall per repair (default %(default)s: one GPU's shard, --model-params x --bytes-per-param "
+                        "/ --gpus-per-replica, over the profile's scale-out link; TorchFT: 12 GB in 4-5 s); with "
                         "--calibrate, replaced by the simulated model's shard bytes over the calibrated heal rate")
-    g.add_argument("--restart-seconds", type=float, default=600.0,
-                   help="restart: whole-job stall per failure (relaunch, load the last checkpoint; 'minutes', the "
-                        "paper), besides the work since that checkpoint, which is redone")
-    g.add_argument("--checkpoint-seconds", type=float, default=60.0,
-                   help="restart: the job's stall to write one checkpoint")
+    g.add_argument("--restart-seconds", type=float, default=None,
+                   help="restart: whole-job stall per failure, besides the work since the last checkpoint, which "
+                        "is redone (default %(default)s: the profile's restart, 'minutes' in the paper, + one GPU's shard "
+                        "loaded at its checkpoint_gbps)")
+    g.add_argument("--checkpoint-seconds", type=float, default=None,
+                   help="restart: the job's stall to write one checkpoint (default %(default)s: each GPU's share of the "
+                        "model's state, --model-params x --bytes-per-param / --gpus, at the profile's "
+                        "checkpoint_gbps)")
     g.add_argument("--checkpoint-interval", type=float, default=0.0, metavar="S",
                    help="restart: seconds between checkpoints; 0 (the default): Young's optimum sqrt(2 C M) for a "
                         "write of C = --checkpoint-seconds and M seconds between the job's failures")
@@ -184,13 +195,21 @@ def _add_simulate(sub) -> None:
     g.add_argument("--bytes-per-param", type=float, default=16.0,
                    help="training state per parameter a heal moves: bf16 weights and gradients, fp32 master "
                         "weights and two AdamW moments")
-    g.add_argument("--heal-link-gbps", type=float, default=50.0,
-                   help="scale-out bandwidth per GPU a heal crosses, GB/s (one 400 Gb/s NIC per GPU, as on a "
-                        "DGX B200)")
+    g.add_argument("--heal-link-gbps", type=float, default=None,
+                   help="scale-out bandwidth per GPU a heal crosses, GB/s (default %(default)s: the profile's scale_out_gbps; "
+                        "gb200-nvl72: one 400 Gb/s NIC per GPU, 50)")
     g.add_argument("--step-seconds", type=float, default=10.0,
                    help="cluster step time; with --calibrate, measured costs in step times are scaled by it")
     g.add_argument("--calibrate", nargs="+", metavar="RUN.h5",
                    help="derive healthy step time, tokens/s per rank and recovery/heal costs from runs")
+    g = s.add_argument_group("check against runs")
+    g.add_argument("--from-run", nargs="+", metavar="RUN.h5",
+                   help="only predict each paced ntpbench run's emulated ETTR and goodput from its machine's "
+                        "profile, layout, policy and failure schedule (step times taken from the run; the model is "
+                        "in analysis/simulate/from_run.py), print them beside the run's own, and exit: 1 if any "
+                        "differs by more than --tolerance")
+    g.add_argument("--tolerance", type=float, default=0.02, metavar="F",
+                   help="--from-run: the largest relative difference of ETTR or goodput accepted")
     g = s.add_argument_group("experiments")
     g.add_argument("--what", nargs="+", choices=("fig6", "fig7", "trace", "pipelines", "stragglers"),
                    default=["fig6", "fig7", "trace"],

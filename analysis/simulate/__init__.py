@@ -85,7 +85,13 @@ rounding to whole heads left out). Replicas, packing and the lock-step throughpu
 failures; the table gives the time-mean throughput per policy.
 
 Recovery costs. Every failure stalls the whole job for `--recovery-seconds` (detect + reconfigure)
-and every repair for `--heal-seconds` (re-admit and heal the returning GPUs from a peer). The trace
+and every repair for `--heal-seconds` (re-admit and heal the returning GPUs from a peer). Unless given,
+each cost comes from `--machine`'s profile (jobs/machines/NAME.yaml, default gb200-nvl72, read by
+machines.py; no figure is written here) by the rules ntpbench's paced runs charge (Costs.from_profile):
+recovery = detect + repair + reconfigure; heal = a replacement process + reconfigure + latency + one GPU's shard (`--model-params` x
+`--bytes-per-param` / `--gpus-per-replica`) over the scale-out link (`--heal-link-gbps` overrides it);
+restart = the profile's restart + that shard loaded at its checkpoint_gbps; checkpoint = each GPU's share
+of the job's state (over `--gpus`) written at checkpoint_gbps. The trace
 gives goodput = availability x (1 - stall fraction) from its own failures and repairs; Fig. 7 counts
 those among the pool's J + S domains in each history (a failure on an idle spare domain is counted
 too: an upper bound); Fig. 6, which has no time, holds its failed fraction f in steady state: with
@@ -113,6 +119,14 @@ boost; proportional cut, as ntpbench cuts) and the additive model's. With M = 1 
 damaged replica's sequences instead; the check then uses the P = 1 model with the micro-batch's
 sequences as the units. `--what pipelines` tabulates ntp and ntp-pw by M (`--pp-micro-batches`) under
 both cuts.
+
+Predict a run. `--from-run RUN.h5 ...` predicts each paced ntpbench run's emulated ETTR and goodput from its
+machine's profile, layout, policy and failure schedule as it happened, and prints them beside the run's own
+(/summary) with the relative difference and a verdict (exit 1 beyond `--tolerance`, default 2%). The step times
+are taken from the run (the healthy step, and each damaged TP-degree tuple's, medians); everything else is
+modelled: the slots are replayed with ntpbench's rules ported to Python (shards.py: configurations, heals'
+bytes per rank, restores, rollbacks, checkpoints) and every recovery part charged from
+jobs/machines/<machine>.yaml (`--machines-dir` reads another copy). The equations are in from_run.py.
 """
 
 # One module per part of the model (see each module's docstring); every name is re-exported here, so
@@ -122,6 +136,8 @@ from .calibration import calibrate  # noqa: F401
 from .check import (_compute_per_unit, check_pp, check_pp_main, check_pp_table, predict_run,  # noqa: F401
                     run_replica_speeds)
 from .cli import main  # noqa: F401
+from .from_run import FromRunError, from_run_main, predict  # noqa: F401
+from .machines import Profile, ProfileError, load_profile, profile_names  # noqa: F401
 from .costs import (Costs, add_fig6_costs, calibrated_heal_seconds, checkpoint_interval, heal_bytes_per_gpu,
                     restart_stall,  # noqa: F401
                     mean_repair_seconds, stall_at_failed_fraction)

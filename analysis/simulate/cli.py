@@ -14,6 +14,8 @@ from .calibration import calibrate
 from .check import check_pp_main
 from .costs import (Costs, add_fig6_costs, calibrated_heal_seconds, checkpoint_interval, heal_bytes_per_gpu,
                     mean_repair_seconds)
+from .from_run import from_run_main
+from .machines import ProfileError, load_profile
 from .fig6 import fig6_costs_table, fig6_surprise, fig6_table, plot_fig6, sweep_failed_fraction
 from .fig7 import fig7_table, plot_fig7, spares_needed, spares_sweep
 from .model import DAY, MB_CUTS, Cluster, FailureModel, Params
@@ -22,6 +24,8 @@ from .stragglers import stragglers_sweep, stragglers_table
 
 
 def main(args) -> int:
+    if args.from_run:
+        return from_run_main(args.from_run, args.tolerance, args.machines_dir)
     try:
         cl = Cluster(args.gpus, args.domain_size, args.gpus_per_replica)
     except ValueError as e:
@@ -41,7 +45,17 @@ def main(args) -> int:
     fm = FailureModel(hw_fraction=args.hw_fraction, hw_repair_days=args.hw_repair_days,
                       sw_repair_hours=args.sw_repair_hours, repair_dist=args.repair_dist,
                       interruptions=args.interruptions, days=args.ref_days, ref_gpus=args.ref_gpus)
-    recovery_s, heal_s, tok_gpu = args.recovery_seconds, args.heal_seconds, None
+    try:
+        base = Costs.from_profile(args.machine, args.model_params, cl.gpus_per_replica, cl.gpus, args.bytes_per_param,
+                                  args.checkpoint_interval, args.machines_dir, args.heal_link_gbps)
+        link_gbps = (args.heal_link_gbps if args.heal_link_gbps is not None
+                     else load_profile(args.machine, args.machines_dir).scale_out_gbps)
+    except ProfileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    given = {k: getattr(args, f"{k}_seconds") for k in ("recovery", "heal", "restart", "checkpoint")}
+    costs = replace(base, **{k: v for k, v in given.items() if v is not None})
+    recovery_s, heal_s, tok_gpu = costs.recovery, costs.heal, None
     if args.calibrate:
         cal = calibrate(args.calibrate)
         tok_gpu = cal["tokens_per_s_per_rank"]
@@ -51,22 +65,23 @@ def main(args) -> int:
         if cal["recovery_steps_per_failure"] is not None:
             recovery_s = cal["recovery_steps_per_failure"] * args.step_seconds
         shard = heal_bytes_per_gpu(cl, args.model_params, args.bytes_per_param)
-        by_bytes = calibrated_heal_seconds(cal, shard, args.heal_link_gbps)
+        by_bytes = calibrated_heal_seconds(cal, shard, link_gbps)
         if by_bytes is not None:
             heal_s = by_bytes
             print(f"  -> heal: {shard / 1e9:.3g} GB per GPU ({args.model_params:.3g} parameters x "
                   f"{args.bytes_per_param:g} B / {cl.gpus_per_replica} GPUs per replica) at {cal['heal_of_memcpy']:.3g} "
                   f"(the measured heals' share of their host's memory copy, at {cal['heal_bytes'] / 1e6:.3g} MB each) x "
-                  f"{args.heal_link_gbps:g} GB/s per GPU = {heal_s:.3g} s per repair")
+                  f"{link_gbps:g} GB/s per GPU = {heal_s:.3g} s per repair")
         elif cal["heal_steps_per_revival"] is not None:
             heal_s = cal["heal_steps_per_revival"] * args.step_seconds
         print(f"  -> cluster costs at --step-seconds {args.step_seconds:g}: recovery {recovery_s:.3g} s per failure, "
               f"heal {heal_s:.3g} s per repair\n")
-    costs = Costs(recovery_s, heal_s, args.restart_seconds, args.checkpoint_seconds, args.checkpoint_interval)
+    costs = replace(costs, recovery=recovery_s, heal=heal_s)
     for name in ("restart_seconds", "checkpoint_seconds", "checkpoint_interval"):
-        if getattr(args, name) < 0:
+        if (getattr(args, name) or 0) < 0:
             print(f"error: --{name.replace('_', '-')} must be 0 or more", file=sys.stderr)
             return 2
+    print(describe_costs(costs, base, given, args))
     print(f"cluster: {cl.gpus} GPUs, {cl.domains} domains of {cl.domain_size}, {cl.domains_per_replica} domains "
           f"per replica, {cl.replicas} replicas; placement {params.placement}; boost {params.boost:g}; "
           f"domains with live < {args.min_tp_fraction:g} x {cl.domain_size} dropped")
@@ -160,3 +175,20 @@ def main(args) -> int:
             plot_trace(ex, cl, p)
             print("wrote", p)
     return 0
+
+
+def describe_costs(costs: Costs, base: Costs, given: dict, args) -> str:
+    """Where each cost comes from: the flag that gave it, else the profile's rule (Costs.from_profile)."""
+    p = load_profile(args.machine, args.machines_dir)
+    rec = p.recovery
+    shard = args.model_params * args.bytes_per_param / args.gpus_per_replica
+    rule = {"recovery": f"detect {rec['detect']:g} + repair {rec['repair']:g} + reconfigure {rec['reconfigure']:g}",
+            "heal": f"{shard / 1e9:.3g} GB per GPU over {args.heal_link_gbps or p.scale_out_gbps:g} GB/s",
+            "restart": f"restart {rec['restart']:g} + that shard loaded at {rec['checkpoint_gbps']:g} GB/s",
+            "checkpoint": f"each of {args.gpus} GPUs' share at {rec['checkpoint_gbps']:g} GB/s"}
+    parts = []
+    for k in ("recovery", "heal", "restart", "checkpoint"):
+        v = getattr(costs, k)
+        why = f"--{k}-seconds" if given[k] is not None else (rule[k] if v == getattr(base, k) else "--calibrate")
+        parts.append(f"{k} {v:.3g} s ({why})")
+    return f"costs on {p.name} ({p.path}): " + "; ".join(parts)

@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 
+from .machines import load_profile
 from .model import DAY, Cluster, FailureModel
 
 
@@ -19,12 +20,40 @@ class Costs:
     """Whole-job stalls: `recovery` seconds per failure (detect + reconfigure), `heal` per repair (the
     returning GPUs' shards healed from a peer). Checkpoint-restart instead: `restart` seconds per
     failure (relaunch and load), `checkpoint` seconds to write one, every `checkpoint_interval` seconds
-    (0: Young's optimum for the job's failure rate)."""
+    (0: Young's optimum for the job's failure rate).
+
+    The constructor's defaults are round figures for tests and hand-made cases; the command line takes
+    every figure from a machine's profile (`Costs.from_profile`), the flags overriding it."""
     recovery: float = 60.0
     heal: float = 5.0
     restart: float = 600.0
     checkpoint: float = 60.0
     checkpoint_interval: float = 0.0
+
+    @classmethod
+    def from_profile(cls, machine: str, model_params: float, gpus_per_replica: int, gpus: int | None = None,
+                     bytes_per_param: float = 16.0, checkpoint_interval: float = 0.0,
+                     machines_dir: str | None = None, link_gbps: float | None = None) -> "Costs":
+        """The stalls a failure, a repair, a restart and a checkpoint cost on `machine` (jobs/machines/
+        <machine>.yaml), by the rules ntpbench's paced runs charge (src/app/run_record.cpp):
+
+            recovery   = detect + repair + reconfigure
+            heal       = replace + reconfigure + latency_us 1e-6 + shard / (scale_out_gbps 1e9)
+                         (a returning GPU: a new process, the layout back, its shard; link_gbps overrides the link)
+            restart    = restart + shard / (checkpoint_gbps 1e9)             (the job restarted, its state loaded)
+            checkpoint = model_params x bytes_per_param / gpus / (checkpoint_gbps 1e9)   (each GPU its share)
+
+        with shard = model_params x bytes_per_param / gpus_per_replica, one GPU's share of a replica's state
+        (heal_bytes_per_gpu); `gpus`: the job's GPUs (default: one replica's)."""
+        p = load_profile(machine, machines_dir)
+        shard = model_params * bytes_per_param / gpus_per_replica
+        share = model_params * bytes_per_param / (gpus or gpus_per_replica)
+        rec = p.recovery
+        link = p.scale_out_gbps if link_gbps is None else link_gbps
+        return cls(recovery=rec["detect"] + rec["repair"] + rec["reconfigure"],
+                   heal=rec["replace"] + rec["reconfigure"] + p.latency_us * 1e-6 + shard / (link * 1e9),
+                   restart=rec["restart"] + p.storage_seconds(shard),
+                   checkpoint=p.storage_seconds(share), checkpoint_interval=checkpoint_interval)
 
 
 def checkpoint_interval(costs: Costs, failures_per_second: float) -> float:

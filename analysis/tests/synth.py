@@ -238,3 +238,141 @@ def _summary(st, state, ev, wall, ranks):
 
 def _share(seconds, rank_seconds, judged):
     return float(seconds[judged].sum() / rank_seconds[judged].sum()) if judged.any() else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------
+# A paced run with real kills, as ntpbench writes one (schema 2, the emulated clock)
+# ---------------------------------------------------------------------------------------------
+
+# `tiny` (TP 2 x DP 2, B = 4, T = 32) charged as gpt2-medium on an emulated DGX A100 at time scale 64:
+# the figures below are what real runs of ntpbench recorded (tests/integration/test_simulate_from_run.py
+# makes them), written out here as numbers, independently of analysis.simulate.
+PACED_RATIO = 354_823_168 / 118_528          # gpt2-medium's parameters over tiny's
+A100 = {"detect": 5.0, "repair": 2.0, "reconfigure": 2.0, "replace": 20.0, "takeover": 2.0, "restart": 300.0,
+        "checkpoint_gbps": 2.0}
+PACED_HEALTHY_S, PACED_DAMAGED_S = 0.00645, 0.01194   # emulated step: TP [2, 2], and ntp's TP [2, 1]
+PACED_LOST_S, PACED_NOTICE_S = 0.00032, 0.00203        # a kill at the start: until the first notice, the spread
+# The heal's bytes (summed over ranks) and its charge: the most loaded rank's bytes as gpt2-medium's over 25 GB/s.
+PACED_HEALS = {("ntp", "kill"): (693_504.0, 5e-6 + 693_504 * PACED_RATIO / 25e9),
+               ("ntp", "revive"): (728_832.0, 5e-6 + 693_504 * PACED_RATIO / 25e9),
+               ("dp-drop", "kill"): (0.0, 0.0),
+               ("dp-drop", "revive"): (1_457_664.0, 5e-6 + 764_160 * PACED_RATIO / 25e9)}
+PACED_RESTORE = (4 * 728_832.0, 728_832 * PACED_RATIO / 2e9 + 300.0)      # bytes, seconds
+PACED_CHECKPOINT_S = 12 * 118_528 * PACED_RATIO / 4 / 2e9
+
+
+def write_paced_run(path, *, policy="ntp", kill_step=3, revive_step=6, steps=10, checkpoint_every=0,
+                    machine="dgx-a100", doctor=None):
+    """A paced signal-mode run of `tiny` as ntpbench writes it: rank 3 killed at the start of `kill_step` and
+    revived by a new process at `revive_step`, every recovery part charged the dgx-a100 profile's seconds
+    (`A100`), heals and checkpoints by their bytes. doctor: {summary key: factor} applied to /summary."""
+    tp, dp, ranks = 2, 2, 4
+    rows, tp_rows, batch_rows, state_rows, phase_rows, events = [], [], [], [], [], []
+    rng = np.random.default_rng(1)
+
+    def ev(time, step, kind, rank=-1, replica=-1, nbytes=0.0, duration=0.0, detail=""):
+        events.append((time, step, kind.encode(), rank, replica, nbytes, duration, detail.encode()))
+
+    t, opt, ckpt, dead, cursor = 0.0, 0, 0, False, 0
+    for s in range(1, steps + 1):
+        recovery = 0.0
+        if s == revive_step:
+            dead = False
+            ev(t, s, "spawn", duration=A100["replace"], detail="1 new process(es) for rank(s) [3]")
+            ev(t, s, "revive", 3, 1)
+            ev(t, s, "detect")
+            ev(t, s, "reconfigure", duration=A100["reconfigure"])
+            recovery += A100["replace"] + A100["reconfigure"]
+            if policy == "restart":
+                ev(t, s, "restore", nbytes=PACED_RESTORE[0], duration=PACED_RESTORE[1], detail=f"optimizer step {ckpt}")
+                ev(t, s, "rollback")
+                for r in rows:
+                    if r[1] > ckpt and r[7] > 0:
+                        r[7] = 0
+                opt = ckpt
+                recovery += PACED_RESTORE[1]
+            else:
+                nbytes, secs = PACED_HEALS[(policy, "revive")]
+                ev(t, s, "heal", nbytes=nbytes, duration=secs)
+                recovery += secs
+        if s == kill_step:
+            dead = True
+            ev(t, s, "lost", duration=PACED_LOST_S)
+            t += PACED_LOST_S
+            ev(t, s, "notice", duration=PACED_NOTICE_S)
+            ev(t, s, "repair", duration=A100["repair"], detail="revoke + agree + shrink")
+            ev(t, s, "kill", 3, 1, detail="scheduled: SIGKILL at start")
+            ev(t, s, "detect", duration=A100["detect"])
+            ev(t, s, "reconfigure", duration=A100["reconfigure"])
+            recovery += PACED_NOTICE_S + A100["repair"] + A100["detect"] + A100["reconfigure"]
+            if policy != "restart":
+                nbytes, secs = PACED_HEALS[(policy, "kill")]
+                ev(t, s, "heal", nbytes=nbytes, duration=secs)
+                recovery += secs
+        t += recovery
+        idle = dead and policy == "restart"
+        if idle:
+            tps, batches, states, dt = [0, 0], [0, 0], [2, 2], PACED_HEALTHY_S
+        elif dead and policy == "ntp":
+            tps, batches, states, dt = [2, 1], [MICRO, MICRO // 2], [0, 1], PACED_DAMAGED_S
+        elif dead:  # dp-drop
+            tps, batches, states, dt = [2, 0], [MICRO, 0], [0, 2], PACED_HEALTHY_S
+        else:
+            tps, batches, states, dt = [2, 2], [MICRO, MICRO], [0, 0], PACED_HEALTHY_S
+        dt *= 1 + 0.001 * rng.standard_normal()
+        samples = sum(batches)
+        if samples:
+            opt += 1
+        rows.append([s, opt, t, t + dt, cursor, samples, samples * T, samples * T, 5.5 - 0.01 * s if samples else np.nan,
+                     1.5, 3e-4, FLOPS_PER_TOKEN * samples * T, 0.0, ranks - dead, sum(1 for b in batches if b),
+                     recovery, dt if idle else 0.0, 0, 0, 0.0, 0.0, int(dead and policy == "ntp")])
+        tp_rows.append(tps), batch_rows.append(batches), state_rows.append(states)
+        phase_rows.append(_phases(rng, dt, ranks, 0.0))
+        cursor += samples
+        t += dt
+        if samples and checkpoint_every and opt % checkpoint_every == 0:
+            ev(t, s, "checkpoint", nbytes=12.0 * 118_528, duration=PACED_CHECKPOINT_S, detail=f"step_{opt:06d}.h5")
+            t += PACED_CHECKPOINT_S
+            ckpt = opt
+    steps_arr = np.array([tuple(r) for r in rows], dtype=STEP_DTYPE)
+    steps_arr["mfu"] = 0.05
+    wall = float(steps_arr["t_end"][-1]) + 7e-5
+    ev_arr = np.array(events, dtype=EVENT_DTYPE)
+    steps_arr = rfn.append_fields(steps_arr, ["host_t_start", "host_t_end"],
+                                  [steps_arr["t_start"] * 64, steps_arr["t_end"] * 64], usemask=False)
+    ev_arr = rfn.append_fields(ev_arr, ["host_time", "host_duration"], [ev_arr["time"], ev_arr["duration"]],
+                               usemask=False)
+    summ = _summary(steps_arr, np.array(state_rows), ev_arr, wall, ranks)
+    summ["host_wall_seconds"] = wall * 64
+    for k, factor in (doctor or {}).items():
+        summ[k] *= factor
+    model = {"vocab": 256, "context": 32, "layers": 2, "heads": 4, "hidden": 64, "family": "gpt2", "kv_heads": 0,
+             "ffn": 0}
+    cfg = {"preset": "tiny", "model": model, "tp": tp, "pp": 1, "steps": steps, "policy": policy, "micro_batch": MICRO,
+           "micro_batches": 1, "seq": T, "checkpoint_every": checkpoint_every, "kill_mode": "signal",
+           "timing": "paced", "spares": {"hosts": 0, "per_host": 0, "use": "revive"}, "failure_timeout": 10.0,
+           "pacing": {"machine": machine, "emulate_shape": "gpt2-medium", "time_scale": "64"}}
+    paced = {"machine": machine, "time_scale": 64.0, "emulate_shape": "gpt2-medium", "scale_out_gbps": 25 / 64,
+             "latency_us": 5 * 64, "charge": {"parameter_bytes": PACED_RATIO},
+             "recovery": {k: {"value": v, "source": "synthetic"} for k, v in A100.items()} | {"machine": "dgx-a100"}}
+    with h5py.File(path, "w") as f:
+        for k, v in {"schema_version": "2", "ntpbench_version": "synthetic", "policy": policy, "timing": "paced",
+                     "kill_mode": "signal", "config": json.dumps(cfg), "paced_machine": json.dumps(paced),
+                     "hosts": json.dumps(["synth"] * ranks)}.items():
+            f.attrs[k] = np.bytes_(v)
+        for k, v in {"ranks": ranks, "tp": tp, "pp": 1, "replicas": dp, "tokens_per_sample": T}.items():
+            f.attrs[k] = np.int64(v)
+        f.attrs["peak_gflops_per_rank"] = np.float64(PEAK)
+        _extendible(f, "steps", steps_arr)
+        g = f.create_group("replicas")
+        _extendible(g, "tp_degree", np.array(tp_rows, dtype="<i4"))
+        _extendible(g, "batch", np.array(batch_rows, dtype="<i4"))
+        _extendible(g, "state", np.array(state_rows, dtype="i1"))
+        d = _extendible(f.create_group("ranks"), "phase_times", np.array(phase_rows, dtype="<f8"))
+        d.attrs["phases"] = np.bytes_(",".join(PHASES))
+        _extendible(f, "events", ev_arr)
+        sg = f.create_group("summary")
+        for k, v in summ.items():
+            sg.attrs[k] = np.float64(v)
+        sg.attrs["clock"] = np.bytes_("emulated")
+    return summ

@@ -288,9 +288,10 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   node_events(s, ev.nodes_killed, "node_down", t_kill >= 0 ? t_kill : t_event);
   node_events(s, ev.nodes_revived, "node_up", t_event);
   const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
-  // Paced: a death is noticed after the machine's detection; a revival needs none.
+  // Paced: a death is noticed after the machine's detection (also where spares take the dead
+  // ranks over at once, and the configuration waits for their handover); a revival needs none.
   double detect = 0, reconfigure = 0;
-  if (rc.changed)
+  if (rc.changed || !ev.kill.empty())
     detect = event(t_event, s, "detect", -1, -1, 0, f.detect, "", Clocked::Charged,
                    ev.kill.empty() ? 0.0 : costs().detect.value);
   if (rc.changed)
@@ -534,6 +535,8 @@ void RunRecord::record_checkpoint(int s, double t, double seconds, const std::st
         bytes * state_bytes_ratio() / ranks_ / (costs().checkpoint_gbps.value * 1e9));
   if (!o_.quiet) fmt::print("checkpoint: {}\n", path);
 }
+
+void RunRecord::note_final_checkpoint(double t, double seconds) { clock_.charge(t, seconds, 0.0); }
 
 void RunRecord::note_no_final_checkpoint() { fmt::print("no replica is active at the end: no final checkpoint\n"); }
 

@@ -47,7 +47,7 @@ struct RecoveryFigures {
   Recovery rc;
   double detect = 0, reconfigure = 0, heal = 0;  // the slowest rank's seconds of each part
   double bytes = 0;       // every rank's
-  double rank_bytes = 0;  // the rank that received the most
+  double rank_bytes = 0;  // the busiest rank's link: the most it sent or received
   int steps_before = 0;
   double seconds() const { return detect + reconfigure + heal; }
 };
@@ -143,6 +143,9 @@ class RunRecord {
   void spares_left(int n);
   void record_checkpoint(int s, double t, double seconds, const std::string& path);
   void note_no_final_checkpoint();
+  // The end-of-run checkpoint, written for --replay and resuming, is ntpbench's, not the emulated
+  // job's: under paced timing its seconds here are charged nothing.
+  void note_final_checkpoint(double t, double seconds);
 
   // Ranks share cores under --timing wall: said once, and recorded (root attribute shared_cores).
   void note_shared_cores(double ranks_per_core);
@@ -165,8 +168,8 @@ class RunRecord {
   // Returns its duration on the emulated clock.
   double event(double t, int s, const std::string& kind, int rank, int replica, double bytes, double seconds,
                const std::string& detail, Clocked how = Clocked::Span, double emulated = 0);
-  // What the machine pays to heal (or load) f's bytes: the most any rank received, as the emulated
-  // shape's, over the scale-out link (heal) or the checkpoint storage (load).
+  // What the machine pays to heal (or load) f's bytes: the most any rank sent or received (or
+  // read), as the emulated shape's, over the scale-out link (heal) or the checkpoint storage (load).
   double heal_charge(const RecoveryFigures& f) const;
   double load_charge(const RecoveryFigures& f) const;
   // The machine's costs (jobs/machines/*.yaml) and the emulated job's bytes per byte here.

@@ -190,14 +190,22 @@ void check_degrees_divide(const Options& o, const JobLayout& layout, int process
   if (layout.trainers % degree == 0) return;
   const std::string what =
       o.pp == 1 ? fmt::format("--tp {}", o.tp) : fmt::format("--tp {} x --pp {} = {}", o.tp, o.pp, degree);
+  // What would: the --tp values that divide the trainers at this --pp.
+  std::vector<int> valid;
+  for (int t = 1; t * o.pp <= layout.trainers; ++t)
+    if (layout.trainers % (t * o.pp) == 0) valid.push_back(t);
+  const std::string would =
+      valid.empty() ? fmt::format("; --pp {} alone exceeds them", o.pp)
+                    : fmt::format("; --tp {} would{}", fmt::join(valid, ", "), o.pp == 1 ? "" : fmt::format(" at --pp {}", o.pp));
   if (layout.spares() > 0)
     throw UsageError(fmt::format("{} does not divide the {} trainer ranks of this job ({} processes, {} of them "
-                                 "spares)",
-                                 what, layout.trainers, processes, layout.spares()));
-  throw UsageError(fmt::format("{} does not divide the {} ranks of this job{}", what, layout.trainers,
+                                 "spares){}",
+                                 what, layout.trainers, processes, layout.spares(), would));
+  throw UsageError(fmt::format("{} does not divide the {} ranks of this job{}{}", what, layout.trainers,
                                processes == 1 && !started_by_launcher()
                                    ? fmt::format("; launched without mpirun? (mpirun -np {} ntpbench ...)", degree)
-                                   : std::string()));
+                                   : std::string(),
+                               would));
 }
 
 // A trainer's run from step 1 (with spares: `pool`, and the spares' processes on the recorder).

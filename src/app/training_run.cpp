@@ -288,7 +288,7 @@ double TrainingRun::reconfigure(int s, const StepEvents& ev) {
 }
 
 RecoveryFigures TrainingRun::figures(const Recovery& rc, int steps_before) {
-  double slowest[4] = {rc.detect, rc.reconfigure, rc.heal, rc.heal_bytes};
+  double slowest[4] = {rc.detect, rc.reconfigure, rc.heal, rc.link_bytes};
   members_.group().allreduce_max(slowest, 4);
   RecoveryFigures f{.rc = rc, .detect = slowest[0], .reconfigure = slowest[1], .heal = slowest[2],
                     .bytes = rc.heal_bytes, .rank_bytes = slowest[3], .steps_before = steps_before};
@@ -478,6 +478,7 @@ void TrainingRun::write_final_checkpoint() {
     try {
       trainer_->save_checkpoint(final_path);
       members_.group().barrier();
+      if (root()) record_->note_final_checkpoint(t_start, now() - t_start);
       if (trainer_->configuration().active_replicas() == 0 && root())
         record_->note_no_final_checkpoint();
       return;

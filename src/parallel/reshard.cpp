@@ -178,10 +178,10 @@ void ReshardExchange::finish() {
     }
 }
 
-double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors, Backend* be) {
+ReshardBytes reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors, Backend* be) {
   ReshardExchange x(comm, plan, tensors, be);
   x.finish();
-  return x.bytes_sent();
+  return {x.bytes_sent(), x.bytes_received()};
 }
 
 }  // namespace ntp

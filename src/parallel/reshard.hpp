@@ -80,6 +80,7 @@ class ReshardExchange {
   void finish();  // waits and unpacks (once; later calls do nothing)
   bool finished() const { return request_ == nullptr; }
   double bytes_sent() const { return double(sendbuf_.size()) * sizeof(float); }
+  double bytes_received() const { return double(recvbuf_.size()) * sizeof(float); }
 
  private:
   // Copies n floats, through the backend when a side is device memory.
@@ -94,9 +95,12 @@ class ReshardExchange {
   std::unique_ptr<CommRequest> request_;
 };
 
+// What one rank's side of a reshard moved over its link, each way.
+struct ReshardBytes {
+  double sent = 0, received = 0;
+};
 // Executes the plan for every tensor in one all-to-all over `comm` (every rank of comm calls it).
-// Returns the bytes this rank sent.
-double reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors,
-               Backend* be = nullptr);
+ReshardBytes reshard(Comm& comm, const ReshardPlan& plan, const std::vector<ReshardTensor>& tensors,
+                     Backend* be = nullptr);
 
 }  // namespace ntp

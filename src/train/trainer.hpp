@@ -54,6 +54,7 @@ struct Recovery {
   double reconfigure = 0;        // communicators, layouts, plans
   double heal = 0;               // moving shards (or reading the checkpoint)
   double heal_bytes = 0;         // sent by this rank (read, for a restore)
+  double link_bytes = 0;         // the more of what this rank sent and received (read): what its link carried
   bool restored = false;         // fell back to a checkpoint
   int restored_step = 0;         // optimizer step of the state restored
   std::string restored_from;     // checkpoint path, or "initial state"

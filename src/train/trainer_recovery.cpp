@@ -285,7 +285,9 @@ void Trainer::heal(const Configuration& old_cfg, const Holders& old, Recovery& r
       add_replicated_part(v, q, st, shard_.model.get(), shard_.opt.get(), fresh.get(), fresh_opt.get(), groups_.live->rank(),
                           groups_.live->size(), x);
     }
-    rec.heal_bytes += reshard(*groups_.live, ReshardPlan::combine(x.parts), x.tensors, device_.backend.get());
+    const ReshardBytes moved = reshard(*groups_.live, ReshardPlan::combine(x.parts), x.tensors, device_.backend.get());
+    rec.heal_bytes += moved.sent;
+    rec.link_bytes += std::max(moved.sent, moved.received);
   }
   if (fresh) {
     shard_.sync.reset();
@@ -319,7 +321,7 @@ void Trainer::restore(Recovery& rec) {
     shard_.opt = std::make_unique<AdamW>(*device_.backend, shard_.model->layout(), o_.opt);
     if (!restart_point_.path.empty()) {
       ntp::load_checkpoint(restart_point_.path, *shard_.model, shard_.opt.get());
-      rec.heal_bytes = double(shard_.model->param_count()) * 3 * sizeof(float);
+      rec.heal_bytes = rec.link_bytes = double(shard_.model->param_count()) * 3 * sizeof(float);
     } else {
       shard_.model->init_params(o_.seed);
       if (!o_.init_from.empty()) ntp::load_checkpoint(o_.init_from, *shard_.model, o_.init_weights_only ? nullptr : shard_.opt.get());

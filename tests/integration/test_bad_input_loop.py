@@ -86,7 +86,7 @@ def inputs(tmp_path_factory):
              ranks=1, repeats=REPEATS),  # on one rank, as --replay runs
         # The job's layout, its results file, --replay's ranks, the backend.
         kind("tp over heads", [], "TP degree 8 exceeds the head count 4", tp=8),
-        kind("tp not dividing", [], "--tp 2 does not divide the 3 ranks of this job", ranks=3),
+        kind("tp not dividing", [], "--tp 2 does not divide the 3 ranks of this job; --tp 1, 3 would", ranks=3),
         kind("existing out", [], "exists; choose another --out or pass --overwrite", out_exists=True),
         kind("replay ranks", ["--replay", good], "--replay runs on one rank; this job has 2"),
         kind("no gpu", ["--backend", "cuda"], ("--backend cuda: no usable GPU", "--backend cuda: no GPU on this node",

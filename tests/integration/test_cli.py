@@ -43,7 +43,7 @@ def test_bad_schedule_never_starts(tmp_path, case):
 
 @pytest.mark.parametrize("args, message", [
     (["--no-such-flag"], "The following argument was not expected: --no-such-flag"),
-    (["--tp", 3], "--tp 3 does not divide the 4 ranks"),
+    (["--tp", 3], "--tp 3 does not divide the 4 ranks of this job; --tp 1, 2, 4 would"),
     (["--tp", 8], "TP degree 8 exceeds the head count 4"),
     (["--micro-batch", 0], "--micro-batch"),
     (["--hidden", 66], "hidden size 66 is not a multiple of the head count 4"),

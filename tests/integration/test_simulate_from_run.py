@@ -1,0 +1,79 @@
+"""`python -m analysis simulate --from-run` against real paced runs: the model of analysis/simulate/from_run.py
+(step times taken from the run, every recovery part charged from jobs/machines/dgx-a100.yaml, heals and
+restores by the bytes its port of ntpbench's layouts moves) predicts each run's emulated ETTR and goodput
+within 2%, and its negative controls fail: the same files against a profile whose `replace` costs twice as
+much, and a copy whose /summary was doctored.
+
+4 ranks of tiny (TP 2 x DP 2) charged as gpt2-medium on an emulated DGX A100 at time scale 64, 10 steps,
+rank 3 killed for real (SIGKILL) at step 3 and revived by a new process at step 6, under ntp, dp-drop and
+restart (a checkpoint every 2 steps)."""
+import shutil
+import subprocess
+import sys
+
+import h5py
+import pytest
+
+from conftest import ROOT, needs_ulfm, ntpbench, schedule
+
+sys.path.insert(0, str(ROOT))
+from analysis.runfile import load_run  # noqa: E402
+from analysis.simulate.from_run import predict  # noqa: E402
+
+POLICIES = {"ntp": [], "dp-drop": [], "restart": ["--checkpoint-every", 2]}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("from_run")
+    sched = schedule(d, "events:\n  - {step: 3, kill: [3]}\n  - {step: 6, revive: [3]}\n")
+    out = {}
+    for policy, extra in POLICIES.items():
+        out[policy] = d / f"{policy}.h5"
+        ntpbench(4, "--preset", "tiny", "--tp", 2, "--timing", "paced", "--machine", "dgx-a100", "--emulate-shape",
+                 "gpt2-medium", "--time-scale", 64, "--steps", 10, "--schedule", sched, "--policy", policy, *extra,
+                 "--out", out[policy], "--quiet")
+    return out
+
+
+def simulate(*args):
+    return subprocess.run([sys.executable, "-m", "analysis", "simulate", "--from-run", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+@needs_ulfm
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_prediction_within_two_percent(runs, policy):
+    run = load_run(runs[policy])
+    assert run.summary["status"] == "ok" and run.attrs["kill_mode"] == "signal", run.summary
+    f, p = predict(run)
+    assert p.ettr == pytest.approx(run.summary["ettr"], rel=0.02), (p.parts, run.summary)
+    assert p.goodput == pytest.approx(run.summary["goodput_tokens_per_s"], rel=0.02), (p.parts, run.summary)
+    # The port of ntpbench's heal and restore plans moves the run's bytes exactly.
+    assert p.moved_bytes == run.summary["heal_bytes"]
+    assert p.tokens_committed == run.summary["tokens_committed"]
+    assert f.notes == [] and p.notes == [], (f.notes, p.notes)
+
+
+@needs_ulfm
+def test_cli_verdict_and_negative_controls(runs, tmp_path):
+    files = [runs[p] for p in POLICIES]
+    ok = simulate(*files)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "step times taken from the run" in ok.stdout and "verdict: ok: 3 run(s)" in ok.stdout
+    # A profile that charges twice the replacement: every run revived a rank, so none matches.
+    machines = tmp_path / "machines"
+    shutil.copytree(ROOT / "jobs" / "machines", machines)
+    y = machines / "dgx-a100.yaml"
+    y.write_text(y.read_text().replace("replace: {value: 20,", "replace: {value: 40,"))
+    dear = simulate(*files, "--machines-dir", machines)
+    assert dear.returncode == 1 and dear.stdout.count("MISMATCH") == 4, dear.stdout + dear.stderr
+    assert "recovery.replace is 40, the run was charged 20" in dear.stdout
+    # A doctored /summary: ETTR and goodput 3% up.
+    doctored = tmp_path / "doctored.h5"
+    shutil.copy(runs["ntp"], doctored)
+    with h5py.File(doctored, "r+") as f:
+        for k in ("ettr", "goodput_tokens_per_s"):
+            f["summary"].attrs[k] = f["summary"].attrs[k] * 1.03
+    bad = simulate(doctored)
+    assert bad.returncode == 1 and "MISMATCH" in bad.stdout, bad.stdout + bad.stderr
