@@ -197,6 +197,7 @@ demo: deps build
 	@$(NTPBENCH) --replay results/demo/ntp.h5 --quiet > results/demo/replay.txt; rc=$$?; cat results/demo/replay.txt; exit $$rc
 	@$(PY) -m analysis report $(DEMO_POLICIES:%=results/demo/%.h5) --wide --csv results/demo/report.csv > results/demo/report.txt; \
 	  rc=$$?; cat results/demo/report.txt; exit $$rc
+	$(PY) -m analysis simulate --from-run $(DEMO_POLICIES:%=results/demo/%.h5)
 	$(PY) -m analysis plot $(DEMO_POLICIES:%=results/demo/%.h5) --out results/demo/plots
 
 # The README's `make demo` block, rewritten from the last `make demo`'s report.txt and replay.txt
