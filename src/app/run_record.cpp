@@ -536,7 +536,9 @@ void RunRecord::record_checkpoint(int s, double t, double seconds, const std::st
   if (!o_.quiet) fmt::print("checkpoint: {}\n", path);
 }
 
-void RunRecord::note_final_checkpoint(double t, double seconds) { clock_.charge(t, seconds, 0.0); }
+void RunRecord::note_final_checkpoint(double t, double seconds) {
+  if (paced()) clock_.charge(t, seconds, 0.0);  // under wall timing the run clock is the only one
+}
 
 void RunRecord::note_no_final_checkpoint() { fmt::print("no replica is active at the end: no final checkpoint\n"); }
 

@@ -101,7 +101,7 @@ def wait(jobs, env, timeout=400):  # wide: a paced job's automatic time scale va
 
 def validate(h5, steps):
     with h5py.File(h5, "r") as f:
-        assert text(f.attrs["schema_version"]) == "1"
+        assert text(f.attrs["schema_version"]) == "2"
         assert len(f["steps"]) == steps
         assert "summary" in f
     p = subprocess.run([PY if PY.exists() else "python3", "-m", "analysis", "report", str(h5)], cwd=ROOT,
@@ -184,7 +184,7 @@ def test_sweep_array_and_dependent_report(slurm, tmp_path):
         assert (d / f"env-task-{task}.txt").exists()
         with h5py.File(d / f"task-{task}.h5", "r") as f:
             assert text(f.attrs["policy"]) == ("dp-drop" if task == "1" else "ntp")
-            assert text(f.attrs["schema_version"]) == "1" and len(f["steps"]) == 5
+            assert text(f.attrs["schema_version"]) == "2" and len(f["steps"]) == 5
     report = (d / "report.txt").read_text()
     assert states[rep] == ("COMPLETED", "0:0"), report
     # The report started only after every task had ended (--dependency=afterany).
