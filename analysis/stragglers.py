@@ -60,12 +60,13 @@ def episode(run) -> tuple[int, int, float, int] | None:
 
 
 def goodput(run, first: int, last: int) -> float:
-    """Tokens committed in steps first..last per second, from the end of step first - 1 (NaN for an
-    empty window or steps the run does not hold)."""
+    """Tokens committed in steps first..last per second, from the start of step first: the steady
+    state, without the reconfiguration before it (its seconds are `reconfig s`, and under paced
+    timing the machine's charge, 2 s on a DGX; NaN for an empty window or steps the run does not hold)."""
     s = run.steps.set_index("step")
-    if last < first or first - 1 not in s.index or last not in s.index:
+    if last < first or first not in s.index or last not in s.index:
         return math.nan
-    seconds = float(s.loc[last, "t_end"] - s.loc[first - 1, "t_end"])
+    seconds = float(s.loc[last, "t_end"] - s.loc[first, "t_start"])
     return float(s.loc[first:last, "tokens_committed"].sum()) / seconds
 
 
