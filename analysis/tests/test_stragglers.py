@@ -1,5 +1,5 @@
 """analysis/stragglers.py on made-up runs: the episode read from `slow` events, goodput over a
-window of steps (reconfigurations between rows included), the expectations' arithmetic, and the
+window of steps (from the start of its first step: the reconfiguration before it is reported apart), the expectations' arithmetic, and the
 command's refusal of a baseline that was slowed."""
 import json
 
@@ -37,9 +37,10 @@ def test_the_episode_and_goodput_over_a_window():
     run = make_run([1.0] * 40, [512] * 40, SLOW, gaps={14: 0.5})
     assert stragglers.episode(run) == (11, 31, 2.0, 3)
     assert stragglers.goodput(run, 11, 13) == pytest.approx(3 * 512 / 3.0)
-    # The 0.5 s before step 14 (a reconfiguration) counts in a window that starts there.
-    assert stragglers.goodput(run, 14, 15) == pytest.approx(2 * 512 / 2.5)
-    assert np.isnan(stragglers.goodput(run, 1, 3))  # no step 0 to start from
+    # The 0.5 s before step 14 (a reconfiguration, `reconfig s`) is not the steady state.
+    assert stragglers.goodput(run, 14, 15) == pytest.approx(2 * 512 / 2.0)
+    assert stragglers.goodput(run, 1, 3) == pytest.approx(3 * 512 / 3.0)
+    assert np.isnan(stragglers.goodput(run, 39, 41))  # no step 41
 
 
 def test_expectations():
@@ -64,7 +65,7 @@ def test_the_table_against_a_healthy_run():
     run = make_run(seconds, tokens, acted, "rebalance", gaps={14: 0.05, 34: 0.05})
     (row,) = stragglers.compare(healthy, [run])
     assert row["steady"] == (14, 30) and row["whole"] == (11, 34)
-    assert row["measured"] == pytest.approx((17 * 480 / (17 + 0.05)) / 512)
+    assert row["measured"] == pytest.approx(480 / 512)  # the steady steps, not the reconfiguration before them
     assert row["reconfig_seconds"] == pytest.approx(0.1)
     table = stragglers.format_table([row])
     assert "rebalance" in table and "0.938" in table and "rebalance@14, rebalance_end@34" in table
