@@ -177,19 +177,24 @@ def write_run(path, *, policy="ntp", tp=2, dp=2, steps=12, kill_step=None, kill_
             f.attrs[k] = np.int64(v)
         f.attrs["peak_gflops_per_rank"] = np.float64(PEAK)
         f.attrs["memcpy_gbps"] = np.float64(MEMCPY_GBPS)
-        _extendible(f, "steps", steps_arr)
-        g = f.create_group("replicas")
-        _extendible(g, "tp_degree", np.array(tp_rows, dtype="<i4"))
-        _extendible(g, "batch", np.array(batch_rows, dtype="<i4"))
-        _extendible(g, "state", np.array(state_rows, dtype="i1"))
-        d = _extendible(f.create_group("ranks"), "phase_times", np.array(phase_rows, dtype="<f8"))
-        d.attrs["phases"] = np.bytes_(",".join(PHASES))
-        _extendible(f, "events", ev_arr)
+        _write_tables(f, steps_arr, tp_rows, batch_rows, state_rows, phase_rows, ev_arr)
         if summary:
             sg = f.create_group("summary")
             for k, v in summ.items():
                 sg.attrs[k] = np.float64(v)
     return summ
+
+
+def _write_tables(f, steps_arr, tp_rows, batch_rows, state_rows, phase_rows, ev_arr):
+    """/steps, /replicas, /ranks/phase_times and /events, as the recorder lays them out."""
+    _extendible(f, "steps", steps_arr)
+    g = f.create_group("replicas")
+    _extendible(g, "tp_degree", np.array(tp_rows, dtype="<i4"))
+    _extendible(g, "batch", np.array(batch_rows, dtype="<i4"))
+    _extendible(g, "state", np.array(state_rows, dtype="i1"))
+    d = _extendible(f.create_group("ranks"), "phase_times", np.array(phase_rows, dtype="<f8"))
+    d.attrs["phases"] = np.bytes_(",".join(PHASES))
+    _extendible(f, "events", ev_arr)
 
 
 def _phases(rng, dt, ranks, recovery):
@@ -363,14 +368,7 @@ def write_paced_run(path, *, policy="ntp", kill_step=3, revive_step=6, steps=10,
         for k, v in {"ranks": ranks, "tp": tp, "pp": 1, "replicas": dp, "tokens_per_sample": T}.items():
             f.attrs[k] = np.int64(v)
         f.attrs["peak_gflops_per_rank"] = np.float64(PEAK)
-        _extendible(f, "steps", steps_arr)
-        g = f.create_group("replicas")
-        _extendible(g, "tp_degree", np.array(tp_rows, dtype="<i4"))
-        _extendible(g, "batch", np.array(batch_rows, dtype="<i4"))
-        _extendible(g, "state", np.array(state_rows, dtype="i1"))
-        d = _extendible(f.create_group("ranks"), "phase_times", np.array(phase_rows, dtype="<f8"))
-        d.attrs["phases"] = np.bytes_(",".join(PHASES))
-        _extendible(f, "events", ev_arr)
+        _write_tables(f, steps_arr, tp_rows, batch_rows, state_rows, phase_rows, ev_arr)
         sg = f.create_group("summary")
         for k, v in summ.items():
             sg.attrs[k] = np.float64(v)
