@@ -62,6 +62,8 @@ std::map<std::string, std::string> non_default_values() {
       {"--timing", "paced"}, {"--device-gflops", "20"}, {"--memory-gbps", "9"}, {"--tp-gbps", "30"}, {"--dp-gbps", "6"},
       {"--link-latency-us", "7"}, {"--boost", "1.2"}, {"--machine", "custom"}, {"--time-scale", "4"},
       {"--headroom", "3"}, {"--emulated-precision", "tf32"}, {"--emulate-shape", "gpt2"},
+      {"--detect-s", "1.5"}, {"--repair-s", "3"}, {"--reinit-s", "12"}, {"--reconfigure-s", "0.25"},
+      {"--replace-s", "45"}, {"--takeover-s", "0"}, {"--restart-s", "600"}, {"--checkpoint-gbps", "0.75"},
   };
 }
 
@@ -79,12 +81,13 @@ Options parse(const std::map<std::string, std::string>& flags) {
 }
 
 TEST(Options, EveryMemberOfOptionsHasARowInTheTable) {
+  // (Each recovery figure's row is a TextField: "machine" or a number.)
   // Members whose value is derived from others, not set on their own: pacing.enabled (--timing),
   // pacing.time_scale and pacing.shape (paced_rates: --time-scale, --emulate-shape).
   constexpr std::size_t derived = 3;
-  constexpr std::size_t members = member_count<Options>() - 3 /* model, opt, pacing: counted inside */ +
+  constexpr std::size_t members = member_count<Options>() - 4 /* model, opt, pacing, recovery_given: inside */ +
                                   member_count<ModelConfig>() + member_count<OptimizerConfig>() +
-                                  member_count<PacingConfig>();
+                                  member_count<PacingConfig>() + member_count<RecoveryOverrides>();
   std::set<const void*> fields;
   std::size_t text_rows = 0;
   Options o;

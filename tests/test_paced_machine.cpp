@@ -50,6 +50,24 @@ TEST(PacedMachine, ProfilesAndPrecisions) {
   for (const auto& m : machine_profiles()) EXPECT_FALSE(m.source.empty()) << m.name;
 }
 
+TEST(PacedMachine, GivenRecoveryFiguresReplaceTheProfilesWithTheirSource) {
+  const RecoveryCosts& profile = recovery_costs("dgx-h100");
+  RecoveryOverrides given;
+  given.replace = 60;
+  given.checkpoint_gbps = 0.5;
+  const RecoveryCosts c = recovery_costs("dgx-h100", given);
+  EXPECT_EQ(c.replace.value, 60);
+  EXPECT_EQ(c.replace.source, "given: --replace-s");
+  EXPECT_EQ(c.checkpoint_gbps.value, 0.5);
+  EXPECT_EQ(c.checkpoint_gbps.source, "given: --checkpoint-gbps");
+  EXPECT_EQ(c.detect.value, profile.detect.value);  // not given: the profile's, with its source
+  EXPECT_EQ(c.detect.source, profile.detect.source);
+  EXPECT_NE(profile.replace.value, 60);
+  // Every part is read from each profile, reinit (recorded, not charged) included.
+  for (const auto& m : machine_profiles())
+    for (const RecoveryPart& part : recovery_parts()) EXPECT_FALSE((m.recovery.*part.cost).source.empty()) << part.name;
+}
+
 TEST(PacedMachine, CustomRatesAreTheFlagsOverTheScale) {
   Options o = paced_on("custom", "2");
   o.pacing.device_gflops = 8, o.pacing.tp_gbps = 4, o.pacing.dp_gbps = 1, o.pacing.latency_us = 3;

@@ -13,7 +13,8 @@ What the model takes from the run, and what it computes:
           configuration the policy gives each membership, its tokens, which replicas heal and from whom,
           whether a restore is needed and which rows it rolls back, when checkpoints are written. Every
           recovery part is charged from the machine's profile, jobs/machines/<machine>.yaml (`custom`:
-          dgx-a100's recovery, its links the run's), read with PyYAML (machines.py), as run_record.cpp does:
+          dgx-a100's recovery, its links the run's), read with PyYAML (machines.py), as run_record.cpp does,
+          except a figure the run's command line gave in its place (--repair-s and the like: its input):
 
     death (signal)   detect + repair + reconfigure + heal     (fence: detect + reconfigure + heal)
     revival          replace (spares: takeover) + reconfigure + heal     (fence: reconfigure + heal)
@@ -93,7 +94,8 @@ class Facts:
     recorded_ratio: float  # the same as the run recorded it
     run_scale_out_gbps: float   # --machine custom: the scale-out link the command line gave (GB/s)
     run_latency_us: float
-    recorded_recovery: dict
+    recorded_recovery: dict   # part -> the figure the run was charged (paced_machine's recovery)
+    recorded_sources: dict    # part -> its source there ("given: --repair-s" where the command line gave it)
     kills: dict = field(default_factory=dict)     # step -> [(rank, phase, hang)]
     revives: dict = field(default_factory=dict)   # step -> [rank]
     notes: list = field(default_factory=list)
@@ -142,7 +144,9 @@ def read_facts(run) -> Facts:
                                       _num(machine.get("scale_out_gbps")) * scale),
               run_latency_us=_num((cfg.get("pacing") or {}).get("latency_us"), _num(machine.get("latency_us")) / scale),
               recorded_recovery={k: _num(v.get("value")) for k, v in (machine.get("recovery") or {}).items()
-                                 if isinstance(v, dict)})
+                                 if isinstance(v, dict)},
+              recorded_sources={k: str(v.get("source", "")) for k, v in (machine.get("recovery") or {}).items()
+                                if isinstance(v, dict)})
     if f.recorded_ratio and not math.isclose(f.ratio, f.recorded_ratio, rel_tol=1e-9):
         f.notes.append(f"emulated shape's parameter bytes: model x{f.ratio:.6g}, the run recorded "
                        f"x{f.recorded_ratio:.6g}")
@@ -212,9 +216,9 @@ class Prediction:
 class _Replay:
     """The run's slots replayed under the model."""
 
-    def __init__(self, f: Facts, profile, healthy: float, times: dict):
+    def __init__(self, f: Facts, profile, healthy: float, times: dict, recovery: dict):
         self.f, self.p, self.healthy, self.times = f, profile, healthy, times
-        self.rec = profile.recovery
+        self.rec = recovery
         # The heal's link: the profile's (custom: the command line's, --dp-gbps and --link-latency-us).
         self.link_gbps = f.run_scale_out_gbps if f.machine == "custom" else profile.scale_out_gbps
         self.latency_us = f.run_latency_us if f.machine == "custom" else profile.latency_us
@@ -337,11 +341,20 @@ def predict(run, machines_dir: str | None = None) -> tuple[Facts, Prediction]:
     healthy, times = run_step_times(run)
     if not math.isfinite(healthy):
         raise FromRunError(f"{run.name}: no row with every replica healthy: no healthy step time to take")
+    # The profile's figures, except those the run's command line gave in their place (--repair-s and
+    # the like, source "given: ..."): those are the run's inputs, as its layout is. A profile figure
+    # that differs from what the run was charged otherwise is a disagreement, noted and charged.
+    recovery = dict(profile.recovery)
     for part, v in f.recorded_recovery.items():
-        if part in profile.recovery and not math.isclose(v, profile.recovery[part], rel_tol=1e-9):
-            f.notes.append(f"{profile.path}: recovery.{part} is {profile.recovery[part]:g}, the run was charged "
-                           f"{v:g}")
-    return f, _Replay(f, profile, healthy, times).run()
+        if part not in recovery or math.isclose(v, recovery[part], rel_tol=1e-9):
+            continue
+        source = f.recorded_sources.get(part, "")
+        if source.startswith("given:"):
+            f.notes.append(f"recovery.{part}: {v:g}, {source} (the profile's {recovery[part]:g} not charged)")
+            recovery[part] = v
+        else:
+            f.notes.append(f"{profile.path}: recovery.{part} is {recovery[part]:g}, the run was charged {v:g}")
+    return f, _Replay(f, profile, healthy, times, recovery).run()
 
 
 def _rel(model: float, run: float) -> float:

@@ -21,7 +21,7 @@ MACHINES_DIR = os.path.join(REPO, "jobs", "machines")
 # The machine whose recovery a `custom` machine is charged (src/timing/machine_profile.hpp).
 CUSTOM_RECOVERY_MACHINE = "dgx-a100"
 # Seconds, except checkpoint_gbps (GB/s per GPU); jobs/machines/README.md.
-RECOVERY_PARTS = ("detect", "repair", "reconfigure", "replace", "takeover", "restart", "checkpoint_gbps")
+RECOVERY_PARTS = ("detect", "repair", "reinit", "reconfigure", "replace", "takeover", "restart", "checkpoint_gbps")
 RATES = ("bf16_tflops", "tf32_tflops", "fp32_tflops", "memory_gbps", "scale_up_gbps", "scale_out_gbps")
 
 

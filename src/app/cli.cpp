@@ -161,12 +161,20 @@ void resolve_machine(const CLI::App& app, Options& o) {
   }
   if (o.emulates_shape() && o.timing != Timing::Paced)
     throw CLI::ValidationError("--emulate-shape", "--emulate-shape charges paced time: it needs --timing paced");
+  for (const RecoveryPart& part : recovery_parts())
+    if (o.recovery_given.*part.given && o.timing != Timing::Paced)
+      throw CLI::ValidationError(part.flag, std::string(part.flag) +
+                                                " is charged on the emulated machine's clock: it needs --timing paced");
 }
 
 void resolve(const CLI::App& app, const TextValues& text, Options& o, int world_size) {
   resolve_model(app, text, o);
   for (const OptionSpec& s : option_table())
-    if (const auto* f = std::get_if<TextField>(&s.field); f && !s.model_override) f->set(o, text.at(s.flag));
+    if (const auto* f = std::get_if<TextField>(&s.field); f && !s.model_override) try {
+        f->set(o, text.at(s.flag));
+      } catch (const std::invalid_argument& e) {
+        throw CLI::ValidationError(s.flag, e.what());
+      }
   if (o.model.family == Family::Llama && o.tp > o.model.head_units())
     throw tp_error(o, tp_degree_problem(o.model, o.tp), world_size);
   if (o.tp > o.model.heads)

@@ -128,26 +128,28 @@ std::string describe_paced_machine(const Options& o, const Calibration* calibrat
                                         "parameters x{:.4g}",
                                         o.emulate_shape, r.shape.flops, r.shape.activation_bytes,
                                         r.shape.activation_calls, r.shape.parameter_bytes);
-  const RecoveryCosts& c = recovery_costs(o.machine);
+  const RecoveryCosts c = recovery_costs(o.machine, o.recovery_given);
+  std::string charged;
+  for (const RecoveryPart& part : recovery_parts())
+    if (part.given != &RecoveryOverrides::reinit)  // recorded, never charged
+      charged += fmt::format("{}{} {:g}{}{}", charged.empty() ? "" : ", ", part.name, (c.*part.cost).value,
+                             part.unit == std::string("s") ? "" : std::string(" ") + part.unit,
+                             (o.recovery_given.*part.given) ? " (given)" : "");
   const std::string costs = fmt::format(
       "\npaced: times are the emulated machine's (this host's run clock over {:g}); a recovery is charged "
-      "jobs/machines/{}.yaml's seconds: detect {:g}, repair {:g}, reconfigure {:g}, replacement {:g}, spare {:g}, "
-      "restart {:g}, checkpoint {:g} GB/s per GPU, heals over the scale-out link",
-      r.time_scale, o.custom_machine() ? kCustomRecoveryMachine : o.machine, c.detect.value, c.repair.value,
-      c.reconfigure.value, c.replace.value, c.takeover.value, c.restart.value, c.checkpoint_gbps.value);
+      "jobs/machines/{}.yaml's seconds: {}; heals over the scale-out link",
+      r.time_scale, o.custom_machine() ? kCustomRecoveryMachine : o.machine, charged);
   return fmt::format("paced: {} slowed {:g}x ({}): device {:.4g} GFLOP/s{}, links {:.4g} / {:.4g} GB/s, {:.4g} us{}{}",
                      machine, r.time_scale, how, r.device_gflops,
                      r.memory_gbps > 0 ? fmt::format(" and {:.4g} GB/s", r.memory_gbps) : std::string(), r.tp_gbps,
                      r.dp_gbps, r.latency_us, shape, costs);
 }
 
-nlohmann::json recovery_costs_record(const std::string& machine) {
-  const RecoveryCosts& c = recovery_costs(machine);
-  nlohmann::json j = {{"machine", machine == "custom" ? kCustomRecoveryMachine : machine}};
-  for (const auto& [name, f] : {std::pair<const char*, const Sourced*>{"detect", &c.detect}, {"repair", &c.repair},
-                                {"reconfigure", &c.reconfigure}, {"replace", &c.replace}, {"takeover", &c.takeover},
-                                {"restart", &c.restart}, {"checkpoint_gbps", &c.checkpoint_gbps}})
-    j[name] = {{"value", f->value}, {"source", f->source}};
+nlohmann::json recovery_costs_record(const Options& o) {
+  const RecoveryCosts c = recovery_costs(o.machine, o.recovery_given);
+  nlohmann::json j = {{"machine", o.custom_machine() ? kCustomRecoveryMachine : o.machine}};
+  for (const RecoveryPart& part : recovery_parts())
+    j[part.name] = {{"value", (c.*part.cost).value}, {"source", (c.*part.cost).source}};
   return j;
 }
 
@@ -169,7 +171,7 @@ nlohmann::json paced_machine_record(const Options& o, const Calibration* calibra
                                   {"activation_calls", r.shape.activation_calls},
                                   {"parameter_bytes", r.shape.parameter_bytes},
                                   {"element_bytes", r.shape.element_bytes}}},
-                      {"recovery", recovery_costs_record(o.machine)}};
+                      {"recovery", recovery_costs_record(o)}};
   if (!o.custom_machine()) {
     const MachineProfile& m = machine_profile(o.machine);
     j["profile"] = {{"bf16_tflops", m.bf16_tflops}, {"tf32_tflops", m.tf32_tflops}, {"fp32_tflops", m.fp32_tflops}, {"memory_gbps", m.memory_gbps},

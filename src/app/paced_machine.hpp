@@ -53,7 +53,8 @@ Calibration calibrate_time_scale(const Options& o, Trainer& trainer, Comm& group
 // --emulate-shape's charge. `calibration`: null when the factor was given.
 std::string describe_paced_machine(const Options& o, const Calibration* calibration);
 nlohmann::json paced_machine_record(const Options& o, const Calibration* calibration);
-// What a recovery's parts cost on the machine (jobs/machines/*.yaml), each with its source.
-nlohmann::json recovery_costs_record(const std::string& machine);
+// What a recovery's parts cost on the machine (jobs/machines/*.yaml, or the run's own figure in
+// place of one), each with its source.
+nlohmann::json recovery_costs_record(const Options& o);
 
 }  // namespace ntp

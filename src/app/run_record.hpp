@@ -85,7 +85,7 @@ class RunRecord {
   // ranks, living or not.
   RunRecord(const Options& o, const Trainer& trainer, const Peak& peak, const std::vector<std::string>& hosts,
             int ranks)
-      : o_(o), trainer_(trainer), peak_(peak), hosts_(hosts), ranks_(ranks), phase_rows_(ranks), usage_rows_(ranks) {}
+      : o_(o), costs_(recovery_costs(o.machine, o.recovery_given)), trainer_(trainer), peak_(peak), hosts_(hosts), ranks_(ranks), phase_rows_(ranks), usage_rows_(ranks) {}
 
   // A new results file with the run's attributes (threads: per rank).
   void open(int threads);
@@ -173,7 +173,7 @@ class RunRecord {
   double heal_charge(const RecoveryFigures& f) const;
   double load_charge(const RecoveryFigures& f) const;
   // The machine's costs (jobs/machines/*.yaml) and the emulated job's bytes per byte here.
-  const RecoveryCosts& costs() const { return recovery_costs(o_.machine); }
+  const RecoveryCosts& costs() const { return costs_; }
   double state_bytes_ratio() const;
   bool paced() const { return o_.pacing.enabled; }
   void start_clock();
@@ -191,6 +191,7 @@ class RunRecord {
   void warn_first_overrun(const StepRow& row);
 
   const Options& o_;
+  const RecoveryCosts costs_;  // the machine's, with the run's own figures in their place
   const Trainer& trainer_;
   const Peak& peak_;
   const std::vector<std::string>& hosts_;  // each logical rank's host at job start

@@ -54,10 +54,7 @@ MachineProfile parse_machine_profile(const std::string& yaml, const std::string&
     p.gpus_per_domain = field(n, "gpus_per_domain", what).as<int>();
     const YAML::Node r = field(n, "recovery", what);
     RecoveryCosts& c = p.recovery;
-    c.detect = sourced(r, "detect", what), c.repair = sourced(r, "repair", what);
-    c.reconfigure = sourced(r, "reconfigure", what), c.replace = sourced(r, "replace", what);
-    c.takeover = sourced(r, "takeover", what), c.restart = sourced(r, "restart", what);
-    c.checkpoint_gbps = sourced(r, "checkpoint_gbps", what);
+    for (const RecoveryPart& part : recovery_parts()) c.*part.cost = sourced(r, part.name, what);
     if (!(c.checkpoint_gbps.value > 0)) throw std::invalid_argument(what + ": recovery.checkpoint_gbps must be above 0");
     return p;
   } catch (const YAML::Exception& e) {
@@ -89,8 +86,39 @@ const MachineProfile& machine_profile(const std::string& name) {
   throw std::invalid_argument("unknown machine '" + name + "' (" + known + ", or custom)");
 }
 
+const std::vector<RecoveryPart>& recovery_parts() {
+  static const std::vector<RecoveryPart> parts = {
+      {"detect", &RecoveryCosts::detect, &RecoveryOverrides::detect, "--detect-s", "s",
+       "seconds to notice a dead rank (charged once per death)"},
+      {"repair", &RecoveryCosts::repair, &RecoveryOverrides::repair, "--repair-s", "s",
+       "seconds to repair the communicators after a death (revoke + shrink; give the profile's "
+       "reinit figure to charge abort + re-initialise instead)"},
+      {"reinit", &RecoveryCosts::reinit, &RecoveryOverrides::reinit, "--reinit-s", "s",
+       "seconds to abort every communicator and initialise new ones (recorded beside repair, not charged)"},
+      {"reconfigure", &RecoveryCosts::reconfigure, &RecoveryOverrides::reconfigure, "--reconfigure-s", "s",
+       "seconds to set up a new layout's communicators (each reconfiguration)"},
+      {"replace", &RecoveryCosts::replace, &RecoveryOverrides::replace, "--replace-s", "s",
+       "seconds to bring in a replacement process (a revival without a spare)"},
+      {"takeover", &RecoveryCosts::takeover, &RecoveryOverrides::takeover, "--takeover-s", "s",
+       "seconds for a warm spare to join (the first of a recovery)"},
+      {"restart", &RecoveryCosts::restart, &RecoveryOverrides::restart, "--restart-s", "s",
+       "seconds to restart the job under --policy restart (requeue, start, init; the checkpoint load apart)"},
+      {"checkpoint_gbps", &RecoveryCosts::checkpoint_gbps, &RecoveryOverrides::checkpoint_gbps, "--checkpoint-gbps",
+       "GB/s", "GB/s of one GPU's share of checkpoint storage (writes and loads)"},
+  };
+  return parts;
+}
+
 const RecoveryCosts& recovery_costs(const std::string& machine) {
   return machine_profile(machine == "custom" ? kCustomRecoveryMachine : machine).recovery;
+}
+
+RecoveryCosts recovery_costs(const std::string& machine, const RecoveryOverrides& given) {
+  RecoveryCosts c = recovery_costs(machine);
+  for (const RecoveryPart& part : recovery_parts())
+    if (const std::optional<double>& v = given.*part.given)
+      c.*part.cost = {*v, std::string("given: ") + part.flag};
+  return c;
 }
 
 }  // namespace ntp

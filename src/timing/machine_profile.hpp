@@ -7,6 +7,7 @@
 // links is the machine's; a recovery's parts are charged on the emulated clock at the profile's
 // seconds, never slept. The figures live in jobs/machines/*.yaml (embedded at build time), which
 // analysis/simulate reads too.
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,10 +21,32 @@ struct Sourced {
 };
 
 // What each part of a recovery costs on the machine, in its seconds (jobs/machines/README.md).
+// `reinit` (abort every communicator and initialise new ones) is not charged by a run: it is the
+// alternative to `repair` (revoke + shrink) that --repair-s or the simulator's --repair-mechanism
+// can put in its place.
 struct RecoveryCosts {
-  Sourced detect, repair, reconfigure, replace, takeover, restart;
+  Sourced detect, repair, reinit, reconfigure, replace, takeover, restart;
   Sourced checkpoint_gbps;  // one GPU's share of checkpoint storage, GB/s
 };
+
+// A run's own figure for some parts (--detect-s, ..., or the same keys in a --config TOML): each
+// given one replaces the profile's, with a source that says so.
+struct RecoveryOverrides {
+  std::optional<double> detect, repair, reinit, reconfigure, replace, takeover, restart, checkpoint_gbps;
+  bool operator==(const RecoveryOverrides&) const = default;
+};
+
+// One part of a recovery: its name in the profiles' files and the results file, its figure, the
+// run's override of it, and the flag that gives one. Listed once (recovery_parts()), in order.
+struct RecoveryPart {
+  const char* name;
+  Sourced RecoveryCosts::*cost;
+  std::optional<double> RecoveryOverrides::*given;
+  const char* flag;
+  const char* unit;  // "s", or "GB/s" for the storage
+  const char* help;  // what the figure is, with its unit, for --help
+};
+const std::vector<RecoveryPart>& recovery_parts();
 
 struct MachineProfile {
   std::string name;
@@ -48,8 +71,10 @@ const std::vector<MachineProfile>& machine_profiles();
 std::vector<std::string> machine_names();  // the profiles' names, then "custom"
 // The named profile; throws std::invalid_argument naming the known ones.
 const MachineProfile& machine_profile(const std::string& name);
-// The recovery costs a run charges: its machine's, or, for custom, dgx-a100's.
+// The recovery costs a run charges: its machine's, or, for custom, dgx-a100's; with `given`, each
+// figure given in its place (its source: "given: --repair-s").
 const RecoveryCosts& recovery_costs(const std::string& machine);
+RecoveryCosts recovery_costs(const std::string& machine, const RecoveryOverrides& given);
 inline constexpr const char* kCustomRecoveryMachine = "dgx-a100";
 
 }  // namespace ntp

@@ -1,8 +1,11 @@
 #include "option_table.hpp"
 
+#include <cmath>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "machine_profile.hpp"
 
@@ -26,6 +29,46 @@ std::vector<std::string> shape_choices() {
   std::vector<std::string> c = {"none"};
   for (const auto& p : preset_names()) c.push_back(p);
   return c;
+}
+
+// --detect-s and the other recovery figures: "machine" (the profile's) or a number of 0 or more
+// (checkpoint storage: above 0), in place of the profile's figure.
+template <std::optional<double> RecoveryOverrides::*Member>
+OptionSpec recovery_option() {
+  const RecoveryPart* part = nullptr;
+  for (const RecoveryPart& p : recovery_parts())
+    if (p.given == Member) part = &p;
+  TextField field{[](const Options& o) -> std::string {
+                    const std::optional<double>& v = o.recovery_given.*Member;
+                    return v ? fmt::format("{}", *v) : std::string("machine");
+                  },
+                  [](Options& o, const std::string& s) {
+                    if (s == "machine") return void(o.recovery_given.*Member = std::nullopt);
+                    const bool rate = Member == &RecoveryOverrides::checkpoint_gbps;
+                    std::size_t used = 0;
+                    double v = -1;
+                    try {
+                      v = std::stod(s, &used);
+                    } catch (const std::exception&) {
+                      used = 0;
+                    }
+                    if (used != s.size() || !std::isfinite(v) || (rate ? !(v > 0) : !(v >= 0)))
+                      throw std::invalid_argument("'" + s + "' is not machine or a number " +
+                                                  (rate ? "above 0" : "of 0 or more"));
+                    o.recovery_given.*Member = v;
+                  }};
+  return {.flag = part->flag, .key = std::string("pacing/recovery/") + part->name, .field = field,
+          .help = fmt::format("Paced: {} on the emulated machine, in place of --machine's figure (machine: "
+                              "that figure, jobs/machines/*.yaml)",
+                              part->help),
+          .missing = Missing::Default};
+}
+
+std::vector<OptionSpec> recovery_cost_options() {
+  return {recovery_option<&RecoveryOverrides::detect>(),      recovery_option<&RecoveryOverrides::repair>(),
+          recovery_option<&RecoveryOverrides::reinit>(),      recovery_option<&RecoveryOverrides::reconfigure>(),
+          recovery_option<&RecoveryOverrides::replace>(),     recovery_option<&RecoveryOverrides::takeover>(),
+          recovery_option<&RecoveryOverrides::restart>(),     recovery_option<&RecoveryOverrides::checkpoint_gbps>()};
 }
 
 std::vector<OptionSpec> model_options() {
@@ -316,7 +359,7 @@ const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = [] {
     std::vector<OptionSpec> t;
     for (auto group : {model_options, layout_options, optimizer_options, output_options, hardware_options,
-                       failure_options}) {
+                       failure_options, recovery_cost_options}) {
       auto g = group();
       t.insert(t.end(), std::make_move_iterator(g.begin()), std::make_move_iterator(g.end()));
     }

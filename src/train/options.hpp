@@ -10,6 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "choices.hpp"
+#include "machine_profile.hpp"
 #include "model_config.hpp"
 #include "optimizer.hpp"
 #include "pacer.hpp"
@@ -76,6 +77,7 @@ struct Options {
   bool auto_time_scale() const { return time_scale == "auto"; }
   bool emulates_shape() const { return emulate_shape != "none"; }
   PacingConfig pacing;  // enabled, boost, and custom's rates (the flags); paced_rates() for the rates run
+  RecoveryOverrides recovery_given;  // --detect-s, ...: recovery figures in place of the machine's
   bool check = false;            // validate configuration and schedule, then exit
   BackendKind backend = BackendKind::Cpu;  // kernels and memory (src/backend/backend.hpp)
   Precision precision = Precision::Fp32;  // of the GEMMs (bf16: cuda only; src/backend/backend.hpp)

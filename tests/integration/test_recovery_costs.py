@@ -53,3 +53,30 @@ def test_the_time_scale_changes_no_figure(tmp_path):
     # Negative control: on this host's clock the two runs differ, which is what the old figures were.
     assert not math.isclose(host_a["ettr"], host_b["ettr"], rel_tol=0.05), (host_a, host_b)
     replay(out)
+
+
+@needs_ulfm
+def test_a_run_charges_its_own_figures_and_the_simulator_follows(tmp_path):
+    """--replace-s and --repair-s replace the profile's figures: charged, recorded with their source,
+    and taken by `analysis simulate --from-run` as the run's input; the profile's charge is the
+    negative control."""
+    import subprocess
+    import sys
+    sched = schedule(tmp_path, "events:\n  - {step: 3, kill: [3]}\n  - {step: 5, revive: [3]}\n")
+    out = tmp_path / "own.h5"
+    ntpbench(4, "--preset", "tiny", "--tp", 2, "--timing", "paced", "--machine", "dgx-a100",
+             "--emulate-shape", "gpt2-medium", "--time-scale", 64, "--steps", 8, "--schedule", sched,
+             "--policy", "ntp", "--replace-s", 60, "--repair-s", 9.5, "--out", out, "--quiet")
+    with h5py.File(out) as f:
+        import json
+        machine = json.loads(f.attrs["paced_machine"])
+        events = {e["kind"].decode(): e for e in f["events"][()]}
+    assert machine["recovery"]["replace"] == {"value": 60, "source": "given: --replace-s"}
+    assert machine["recovery"]["repair"] == {"value": 9.5, "source": "given: --repair-s"}
+    assert machine["recovery"]["detect"] == PROFILE["recovery"]["detect"]  # not given: the profile's
+    assert events["spawn"]["duration"] == 60 and events["repair"]["duration"] == 9.5
+    assert COSTS["replace"] != 60 and COSTS["repair"] != 9.5  # the profile would have charged otherwise
+    sim = subprocess.run([sys.executable, "-m", "analysis", "simulate", "--from-run", str(out)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert sim.returncode == 0 and "replace 60 +" in sim.stdout, sim.stdout + sim.stderr
+    assert "given: --replace-s (the profile's 20 not charged)" in sim.stdout
