@@ -64,7 +64,7 @@ help:
 	@echo "make build   configure and build into $(BUILD)/ (MPI=system: Debian's Open MPI, into build-system/)"
 	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
 	@echo "make bad-input  every kind of user error launched 20 times under mpirun: exit 2, one message, no launcher left"
-	@echo "make readme-examples  every command of the three READMEs run as typed in a scratch directory (what needs Slurm or another target's results: listed, not run); README_SMOKE=S: shortened forms, S s each"
+	@echo "make readme-examples  every command of README.md, docs/*.md, jobs/README.md and analysis/README.md run as typed in a scratch directory (what needs Slurm or another target's results: listed, not run); README_SMOKE=S: shortened forms, S s each"
 	@echo "make test-sanitize  ASan + UBSan build in $(SAN_BUILD)/: CTest and a 4-rank job with a real failure and revival; fails on any report"
 	@echo "make fuzz    libFuzzer targets (clang, build-fuzz/): schedule, --config TOML and checkpoint loaders, FUZZ_SECONDS each (default $(FUZZ_SECONDS))"
 	@echo "make test-system  fence-mode tests against Debian's Open MPI 4.1 (no ULFM), in build-system/"
@@ -128,7 +128,7 @@ test: build py-deps
 bad-input: build py-deps
 	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) NTPBENCH_BAD_INPUT_REPEATS=20 $(PY) -m pytest -q tests/integration/test_bad_input_loop.py
 
-# Every command of README.md, jobs/README.md and analysis/README.md, as typed, in a scratch directory
+# Every command of README.md, docs/*.md, jobs/README.md and analysis/README.md, as typed, in a scratch directory
 # (tests/readme/examples.py), under bash -e -o pipefail: each must exit 0, and each paced results
 # file it writes (under the scratch directory or its --out) must say ok; what needs a Slurm cluster
 # or another target's results is listed as not run, with the reason, and make lines with their CI
