@@ -10,7 +10,7 @@ a results/ of its own, so that an `--out results/...` never meets a file of an e
 A command passes when it exits 0 within its deadline (one cut at the deadline fails), and when every
 paced results file it wrote (root attribute `paced_machine`: the command asked for paced timing or
 a script such as jobs/local/run.sh added it) says `ok` in /summary: its real work fit inside the
-emulated machine's time (README, Timing), not `overran`. The files looked at are the *.h5 written
+emulated machine's time (docs/timing.md), not `overran`. The files looked at are the *.h5 written
 during the command under the scratch directory and under each of its `--out PATH`s, wherever they
 point (/tmp included; `$VAR` taken as `*`, braces expanded).
 
