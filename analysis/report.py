@@ -163,7 +163,7 @@ def run_row(path: str) -> tuple[dict, list[str]]:
     row.update(rec)
     unnamed = rec["recovery_seconds"] - sum(rec[c] for c in RECOVERY_PARTS)
     row["recovery_unnamed_seconds"] = unnamed if abs(unnamed) > 1e-9 else 0.0  # not "-0.000" for rounding
-    # Hung ranks (README, Hung ranks): how many, and the time from their last heartbeat until a peer
+    # Hung ranks (docs/hangs.md): how many, and the time from their last heartbeat until a peer
     # declared them hung, summed. That wait is inside `lost s`/`repair s` of their step.
     ev = run.events
     hangs = ev[ev["kind"].astype(str) == "hang"] if len(ev) else ev

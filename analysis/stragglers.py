@@ -1,5 +1,5 @@
 """`python3 -m analysis stragglers`: what one straggler cost under each --straggler-policy, against
-what arithmetic expects (README "Stragglers", `make stragglers`).
+what arithmetic expects (docs/stragglers.md, `make stragglers`).
 
 Input: a healthy run (no `slow` event: the baseline) and runs of the same job whose rank is slowed
 by factor f at step a and back to full speed at step b (jobs/schedules/one-straggler.yaml), with

@@ -15,7 +15,7 @@
 #include "temp_file.hpp"
 
 namespace {
-// The seed checkpoints' model (fuzz/corpus/checkpoint, README "Testing"): V 16, context 4, one
+// The seed checkpoints' model (fuzz/corpus/checkpoint, docs/checks.md): V 16, context 4, one
 // layer, 2 heads, d 8; small, so that a mutation lands in the metadata as often as in the floats.
 struct Job {
   ntp::ModelConfig m{16, 4, 1, 2, 8};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reads one libFuzzer log (stdin or FILE) and exits 0 when its report is a fault of HDF5's own
 # decoders, 1 otherwise. Debian 12's HDF5 1.10.8 reads past its own buffers on some damaged files
-# (README "Sanitizers and fuzzing"), which no code of ours can prevent. Such a report is:
+# (docs/checks.md), which no code of ours can prevent. Such a report is:
 #   - AddressSanitizer's SEGV or buffer overflow on a READ (the loader hands HDF5 no buffer to
 #     read from, only buffers to write into: a write fault may be a buffer of ours too small), and
 #   - whose first frame outside the C library and ASan's own interceptors lies in libhdf5.

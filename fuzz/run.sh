@@ -56,7 +56,7 @@ for target in schedule config checkpoint; do
     fi
     if [ "$target" = checkpoint ] && [ "$round" -lt 20 ] && "$here/hdf5_fault.sh" "$log"; then
       input=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)
-      echo "   HDF5's own read fault (not ours; README): $(grep -m1 'SUMMARY: AddressSanitizer' "$log" | cut -c1-120)"
+      echo "   HDF5's own read fault (not ours; docs/checks.md): $(grep -m1 'SUMMARY: AddressSanitizer' "$log" | cut -c1-120)"
       echo "   input: $input (log: $log); fuzzing on"
       hdf5_faults+=("$input")
       round=$((round + 1))

@@ -7,7 +7,7 @@
 # RANKS: -n/-np, else $RANKS, else 8 (TP 4 x DP 2, what jobs/schedules assume). Everything else goes to
 # ntpbench. Defaults it adds, each only when you did not give that flag yourself:
 #   - ranks > cores (nproc): mpirun --oversubscribe --bind-to none, and ntpbench --timing paced
-#     --time-scale auto (real wall time means nothing when ranks share cores; README "Timing"), on
+#     --time-scale auto (real wall time means nothing when ranks share cores; docs/timing.md), on
 #     the demo's emulated machine when you name none (no --machine, no custom rate, no
 #     --emulate-shape): --machine dgx-a100 --emulate-shape gpt2-xl (llama-8b for a llama preset);
 #   - ranks <= cores: --bind-to core --map-by core (one rank per core);
@@ -71,7 +71,7 @@ flag_value() {
 
 CORES=$(nproc)
 # The MPI the binary was built against: with ULFM (the default build) its own mpirun, with fault
-# tolerance on, so a killed rank is survived (README, "Real failures").
+# tolerance on, so a killed rank is survived (docs/real-failures.md).
 MPI_PREFIX=$(dirname "$(dirname "$(ldd "$BIN" 2>/dev/null | awk '/libmpi\.so/ {print $3; exit}')")")
 DEFAULT_MPIRUN=mpirun
 if [ -x "$MPI_PREFIX/bin/ompi_info" ] && "$MPI_PREFIX/bin/ompi_info" 2>/dev/null | grep -q "FT MPI support: yes"; then

@@ -626,7 +626,7 @@ void RunRecord::note_shared_cores(double ranks_per_core) {
   const std::string what = fmt::format("{:.2g} ranks per core on the most crowded host", ranks_per_core);
   rec_->set_attr("shared_cores", what);
   fmt::print("note: --timing wall with {}: step times, tokens/s and MFU measure the ranks' contention for cores, "
-             "not the ranks; --timing paced emulates a device per rank (README, Timing)\n",
+             "not the ranks; --timing paced emulates a device per rank (docs/timing.md)\n",
              what);
 }
 

@@ -90,7 +90,7 @@ void check(int rc, const char* what, MPI_Comm comm = MPI_COMM_NULL) {
 // call a Watchdog ends this process with a message after spawn_seconds() instead (exit code 5;
 // every member of the group has its own, so the whole job ends). A healthy spawn takes 1-2 s.
 double spawn_seconds() {
-  const char* env = std::getenv("NTPBENCH_SPAWN_TIMEOUT_S");  // for tests (README, "Real failures")
+  const char* env = std::getenv("NTPBENCH_SPAWN_TIMEOUT_S");  // for tests (docs/real-failures.md)
   const double s = env ? std::atof(env) : 0;
   return s > 0 ? s : 300;
 }
@@ -446,7 +446,7 @@ int finish_mpi(int code) {
   // holds a link to a spawned one does) therefore ends here, after the caller's last barrier,
   // without either; the launcher accepts that with
   // prte_allowed_exit_without_sync (jobs/prte-mca-params.conf, which `make deps` installs into
-  // the venv's Open MPI; README, "Real failures").
+  // the venv's Open MPI; docs/real-failures.md).
   std::fflush(nullptr);
 #ifdef __SANITIZE_ADDRESS__
   // `make test-sanitize`: _Exit skips the leak check a normal exit runs; run it here, so that the

@@ -62,7 +62,7 @@ struct PacingConfig {
 // Every transfer of activations is charged as a layer's, including those that happen once per
 // model (the embedding's and the loss's all-reduces, a pipeline send): an over-charge, kept because
 // this machine runs a small all-reduce among oversubscribed ranks in milliseconds, and charging
-// those the target's few microseconds would need a time scale 8x larger (README, Timing).
+// those the target's few microseconds would need a time scale 8x larger (docs/timing.md).
 enum class Traffic { Activations, Parameters };
 // AdamW per parameter: about a dozen FLOPs, and 28 bytes of memory traffic: the fp32 weight,
 // gradient and two moments read, the weight and moments written (mixed-precision training keeps

@@ -80,7 +80,7 @@ def ntpbench(ranks, *args, check=True, timeout=300, launch_through=(), mpirun=MP
                        capture_output=True, text=True, timeout=timeout + 600)
     if launcher_did_not_start(p):
         # Open MPI 5.0's launcher itself failed before starting any process of ntpbench (seen about
-        # once in 300 launches under CI, README "Testing"): launched once more, and said so.
+        # once in 300 launches under CI, docs/checks.md): launched once more, and said so.
         print(f"note: mpirun's PMIx listener failed to start; launching again: {' '.join(cmd)}", file=sys.stderr)
         p = subprocess.run([str(TIMEOUT_WITH_STACKS), str(timeout), *cmd], env={**ENV, **(env or {})},
                            capture_output=True, text=True, timeout=timeout + 600)

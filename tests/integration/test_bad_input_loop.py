@@ -2,7 +2,7 @@
 2 and one message that names the problem, and the launcher must never outlive its ranks. Open MPI
 5.0's launcher was seen to stay asleep after every rank had gone (3 of 16 launches with a truncated
 checkpoint, when every rank exited non-zero or called MPI_Abort); ntpbench's user errors take
-neither path (one rank carries the exit status, README "Real failures"), and this loop is what
+neither path (one rank carries the exit status, docs/real-failures.md), and this loop is what
 shows it. Each launch runs under `timeout --kill-after`: a launcher still there at the deadline
 fails the test, as does a process of the job left behind (still there 5 s after its launcher).
 

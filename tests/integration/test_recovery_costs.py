@@ -1,4 +1,4 @@
-"""A failure's cost on the emulated machine (README, Timing; results/README.md): under paced timing
+"""A failure's cost on the emulated machine (docs/timing.md; results/README.md): under paced timing
 the steps and waits are this host's run time over the time scale, and each part of a recovery is
 charged what the machine's profile (jobs/machines/*.yaml) says, so no figure changes with
 --time-scale. The same run at two factors: a real kill and a revival by a new process."""

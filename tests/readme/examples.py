@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The READMEs' commands, run as typed (make readme-examples).
 
-Every fenced `sh` block of README.md, jobs/README.md and analysis/README.md (or the files given with
---readme) is split into commands (a trailing backslash continues a line; comments are dropped) and
+Every fenced `sh` block of README.md, docs/*.md (in DOCS's order: the README's old chapters), jobs/README.md
+and analysis/README.md (or the files given with --readme) is split into commands (a trailing backslash continues a line; comments are dropped) and
 each runs under `bash -e -o pipefail` after `source env.sh`, in the order the READMEs give them, in a
 scratch directory: links to this checkout's build/, .venv/, env.sh, jobs/, analysis/ and tests/, and
 a results/ of its own, so that an `--out results/...` never meets a file of an earlier run. Under
@@ -10,7 +10,7 @@ a results/ of its own, so that an `--out results/...` never meets a file of an e
 A command passes when it exits 0 within its deadline (one cut at the deadline fails), and when every
 paced results file it wrote (root attribute `paced_machine`: the command asked for paced timing or
 a script such as jobs/local/run.sh added it) says `ok` in /summary: its real work fit inside the
-emulated machine's time (README, Timing), not `overran`. The files looked at are the *.h5 written
+emulated machine's time (docs/timing.md), not `overran`. The files looked at are the *.h5 written
 during the command under the scratch directory and under each of its `--out PATH`s, wherever they
 point (/tmp included; `$VAR` taken as `*`, braces expanded).
 
@@ -59,7 +59,14 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from shm_left import left_behind, shm_entries  # noqa: E402  tests/shm_left.py
-READMES = ["README.md", "jobs/README.md", "analysis/README.md"]
+# docs/ in the order of the README's chapters they came from: a command that reads a run's results
+# comes after the command that writes them.
+DOCS = ["running", "policies", "real-failures", "spares", "hangs", "stragglers", "schedules", "timing", "data",
+        "cluster", "flags", "checks", "layout", "blas"]
+# A page not named in DOCS still runs, after those named (by name).
+READMES = ["README.md", *(f"docs/{d}.md" for d in DOCS),
+           *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md") if p.stem not in DOCS),
+           "jobs/README.md", "analysis/README.md"]
 LINKS = ["build", ".venv", "env.sh", "jobs", "analysis", "tests"]
 CLUSTER = ("sbatch", "submit-sweep.sh", "cluster-up.sh", "cluster-down.sh", "cluster-exec.sh", "source $CLUSTER_DIR")
 # The most steps a reduced run takes when nothing later needs its events: enough for a few steps
@@ -416,7 +423,8 @@ def main() -> int:
     ap.add_argument("--keep", help="scratch directory to use and keep (default: a new one under /tmp)")
     ap.add_argument("--only", help="run only commands containing this text")
     ap.add_argument("--readme", action="append", metavar="PATH",
-                    help="a README to take the commands from instead of the three (repeatable)")
+                    help="a README to take the commands from instead of README.md, docs/*.md, jobs/ and analysis/ "
+                         "(repeatable)")
     ap.add_argument("--list", action="store_true", help="print the commands and why any would not run; run none")
     ap.add_argument("--smoke", type=float, metavar="SECONDS",
                     help="a smoke test (CI): each command gets SECONDS and must finish and pass in them, run as "
