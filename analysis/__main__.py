@@ -172,9 +172,13 @@ def _add_simulate(sub) -> None:
                         "charge (analysis/simulate/costs.py, Costs.from_profile)")
     g.add_argument("--machines-dir", metavar="DIR",
                    help="read the machines' profiles from DIR (default %(default)s: jobs/machines; also for --from-run)")
+    g.add_argument("--repair-mechanism", choices=("shrink", "reinit"), default="shrink",
+                   help="how the communicators are repaired after a failure: shrink (the profile's repair: revoke, "
+                        "agree, shrink) or reinit (the profile's reinit: abort every communicator, initialise new "
+                        "ones); default %(default)s")
     g.add_argument("--recovery-seconds", type=float, default=None,
                    help="whole-job stall per failure, trace goodput (default %(default)s: the profile's detect + "
-                        "repair + reconfigure)")
+                        "repair (or reinit, --repair-mechanism) + reconfigure)")
     g.add_argument("--heal-seconds", type=float, default=None,
                    help="whole-job stall per repair (default %(default)s: one GPU's shard, --model-params x --bytes-per-param "
                         "/ --gpus-per-replica, over the profile's scale-out link; TorchFT: 12 GB in 4-5 s); with "

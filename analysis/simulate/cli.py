@@ -47,7 +47,8 @@ def main(args) -> int:
                       interruptions=args.interruptions, days=args.ref_days, ref_gpus=args.ref_gpus)
     try:
         base = Costs.from_profile(args.machine, args.model_params, cl.gpus_per_replica, cl.gpus, args.bytes_per_param,
-                                  args.checkpoint_interval, args.machines_dir, args.heal_link_gbps)
+                                  args.checkpoint_interval, args.machines_dir, args.heal_link_gbps,
+                                  args.repair_mechanism)
         link_gbps = (args.heal_link_gbps if args.heal_link_gbps is not None
                      else load_profile(args.machine, args.machines_dir).scale_out_gbps)
     except ProfileError as e:
@@ -182,7 +183,8 @@ def describe_costs(costs: Costs, base: Costs, given: dict, args) -> str:
     p = load_profile(args.machine, args.machines_dir)
     rec = p.recovery
     shard = args.model_params * args.bytes_per_param / args.gpus_per_replica
-    rule = {"recovery": f"detect {rec['detect']:g} + repair {rec['repair']:g} + reconfigure {rec['reconfigure']:g}",
+    repair = "repair" if args.repair_mechanism == "shrink" else "reinit"
+    rule = {"recovery": f"detect {rec['detect']:g} + {repair} {rec[repair]:g} + reconfigure {rec['reconfigure']:g}",
             "heal": f"{shard / 1e9:.3g} GB per GPU over {args.heal_link_gbps or p.scale_out_gbps:g} GB/s",
             "restart": f"restart {rec['restart']:g} + that shard loaded at {rec['checkpoint_gbps']:g} GB/s",
             "checkpoint": f"each of {args.gpus} GPUs' share at {rec['checkpoint_gbps']:g} GB/s"}

@@ -33,11 +33,12 @@ class Costs:
     @classmethod
     def from_profile(cls, machine: str, model_params: float, gpus_per_replica: int, gpus: int | None = None,
                      bytes_per_param: float = 16.0, checkpoint_interval: float = 0.0,
-                     machines_dir: str | None = None, link_gbps: float | None = None) -> "Costs":
+                     machines_dir: str | None = None, link_gbps: float | None = None,
+                     repair_mechanism: str = "shrink") -> "Costs":
         """The stalls a failure, a repair, a restart and a checkpoint cost on `machine` (jobs/machines/
         <machine>.yaml), by the rules ntpbench's paced runs charge (src/app/run_record.cpp):
 
-            recovery   = detect + repair + reconfigure
+            recovery   = detect + repair + reconfigure     (repair_mechanism "reinit": reinit for repair)
             heal       = replace + reconfigure + latency_us 1e-6 + shard / (scale_out_gbps 1e9)
                          (a returning GPU: a new process, the layout back, its shard; link_gbps overrides the link)
             restart    = restart + shard / (checkpoint_gbps 1e9)             (the job restarted, its state loaded)
@@ -50,7 +51,10 @@ class Costs:
         share = model_params * bytes_per_param / (gpus or gpus_per_replica)
         rec = p.recovery
         link = p.scale_out_gbps if link_gbps is None else link_gbps
-        return cls(recovery=rec["detect"] + rec["repair"] + rec["reconfigure"],
+        if repair_mechanism not in ("shrink", "reinit"):
+            raise ValueError(f"repair mechanism {repair_mechanism!r}: shrink or reinit")
+        repair = rec["repair" if repair_mechanism == "shrink" else "reinit"]
+        return cls(recovery=rec["detect"] + repair + rec["reconfigure"],
                    heal=rec["replace"] + rec["reconfigure"] + p.latency_us * 1e-6 + shard / (link * 1e9),
                    restart=rec["restart"] + p.storage_seconds(shard),
                    checkpoint=p.storage_seconds(share), checkpoint_interval=checkpoint_interval)

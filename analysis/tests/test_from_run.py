@@ -65,6 +65,11 @@ def test_cost_flags_override_the_profile(capsys):
     assert cli(base + ["--recovery-seconds", "60", "--restart-seconds", "600"]) == 0
     out = capsys.readouterr().out
     assert "recovery 60 s (--recovery-seconds)" in out and "restart 600 s (--restart-seconds)" in out
+    # Abort + re-init in the shrink's place: the profile's reinit figure.
+    assert cli(base + ["--repair-mechanism", "reinit"]) == 0
+    out = capsys.readouterr().out
+    reinit = load_profile("dgx-h100").recovery["reinit"]
+    assert reinit != 2 and f"recovery {5 + reinit + 2:g} s (detect 5 + reinit {reinit:g} + reconfigure 2)" in out
     assert cli(base + ["--machine", "nope"]) == 2
 
 
