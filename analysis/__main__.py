@@ -137,6 +137,18 @@ def _add_simulate(sub) -> None:
     g.add_argument("--boost", type=float, default=1.3, help="ntp-pw power boost (compute speed-up), at most 1.3")
     g.add_argument("--min-tp-fraction", type=float, default=0.5,
                    help="a domain with fewer than this fraction of its GPUs alive is dropped")
+    g.add_argument("--damaged-excess", type=float, default=None, metavar="X",
+                   help="ntp, ntp-pw: a job step with a damaged replica takes 1 + X times what its compute alone "
+                        "gives (the gradients regrouped between degrees; analysis/damaged_step.py); default 0, "
+                        "the paper's model, or what --damaged-from measures")
+    g.add_argument("--damaged-from", nargs="+", metavar="RUN.h5",
+                   help="take --damaged-excess from paced ntpbench runs under ntp or ntp-pw: each damaged row's "
+                        "step over its compute alone, minus 1, carried to this job by tokens per replica step and by the "
+                        "machines' FLOP/s over scale-up bandwidth (the excess falls as tokens grow: bench/README.md, "
+                        "Figure 8); the median over the rows")
+    g.add_argument("--tokens-per-replica", type=float, default=None, metavar="N",
+                   help="tokens each replica trains per step, for --damaged-from (default: the paper's 16M-token "
+                        "batch over the cluster's replicas)")
     g = s.add_argument_group("pipelines (1F1B over the domains of a replica; replicas in lock-step)")
     g.add_argument("--micro-batches", type=int, default=sim.DEFAULT_MICRO_BATCHES, metavar="M",
                    help="micro-batches per replica per step (the paper's 16M-token batch of 16K sequences over "

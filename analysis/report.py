@@ -10,9 +10,11 @@ import json
 import math
 import sys
 
+import numpy as np
 import pandas as pd
 
 from . import metrics
+from .damaged_step import damaged_steps, median_excess, tokens_per_replica_step
 from .runfile import SchemaError, load_run, paced_status
 
 # (column, header, format). Two tables, so that each fits a terminal: the run's figures, then
@@ -79,18 +81,22 @@ UNITS = {"checkpoint_gbps": "GB/s per GPU"}
 
 def format_charges(rows: list[dict]) -> list[str]:
     """For the paced runs: what each recovery part was charged on their machine, with its source (the
-    `recovery` of the `paced_machine` attribute, from jobs/machines/*.yaml), once per machine."""
+    `recovery` of the `paced_machine` attribute, from jobs/machines/*.yaml, or `given: --flag` where the
+    run's command line gave a figure of its own), once per set of charges."""
     out, seen = [], set()
     for r in rows:
         rec = r.get("recovery_costs")
-        if not rec or r["clock"] == "host" or rec.get("machine") in seen:
+        key = json.dumps(rec, sort_keys=True)
+        if not rec or r["clock"] == "host" or key in seen:
             continue
-        seen.add(rec["machine"])
-        out.append(f"{rec['machine']}'s recovery charges (jobs/machines/{rec['machine']}.yaml); heals: their bytes "
-                   f"over the scale-out link")
+        seen.add(key)
+        given = any(isinstance(f, dict) and str(f.get("source", "")).startswith("given:") for f in rec.values())
+        out.append(f"{rec['machine']}'s recovery charges (jobs/machines/{rec['machine']}.yaml"
+                   f"{', some given by ' + r['file'] if given else ''}); heals: their bytes over the scale-out link")
         for part, f in rec.items():
             if isinstance(f, dict):
-                out.append(f"  {part} {f['value']:g} {UNITS.get(part, 's')}: {f['source']}")
+                aside = " (not charged: the alternative to repair)" if part == "reinit" else ""
+                out.append(f"  {part} {f['value']:g} {UNITS.get(part, 's')}{aside}: {f['source']}")
     return out
 
 
@@ -178,6 +184,10 @@ def run_row(path: str) -> tuple[dict, list[str]]:
     row["time_scale"] = machine.get("time_scale")
     row["machine"] = machine.get("machine")
     row["recovery_costs"] = machine.get("recovery")
+    steps = damaged_steps(run)
+    row["damaged_step_excess"] = median_excess(steps)
+    row["damaged_step_measured"] = float(np.median([d.measured for d in steps])) if steps else math.nan
+    row["tokens_per_replica_step"] = tokens_per_replica_step(run)
     clock = (run.summary or {}).get("clock", "host")
     row["clock"] = (f"{row['machine']}/x{row['time_scale']:g}" if clock == "emulated" and row["time_scale"]
                     else "host")
@@ -206,6 +216,29 @@ def format_table(rows: list[dict], columns=None) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+# A damaged step's excess over its compute alone (analysis/damaged_step.py) at or above which a
+# ranking of ntp against the other policies is said to depend on tokens per step.
+EXCESS_NOTED = 0.02
+
+
+def ranking_notes(rows: list[dict]) -> list[str]:
+    """When runs of several policies are compared and an ntp or ntp-pw run's damaged steps cost more than
+    their compute alone: which share, and that the ranking holds for these tokens per step only."""
+    if len({r["policy"] for r in rows}) < 2:
+        return []
+    out = []
+    for r in rows:
+        e = r.get("damaged_step_excess", math.nan)
+        if not (e >= EXCESS_NOTED):
+            continue
+        out.append(f"note: {r['file']} ({r['policy']}): a damaged step took {r['damaged_step_measured']:.3g}x a "
+                   f"healthy one, {e:+.0%} over its compute alone (gradients regrouped between TP degrees, a "
+                   f"parameter-sized cost over a token-sized one); at {r['tokens_per_replica_step']:g} tokens per "
+                   f"replica step, this ranking of the policies may not hold at another batch (bench/README.md, "
+                   f"Figure 8; `simulate --damaged-from` carries it to a cluster's)")
+    return out
 
 
 def main(args) -> int:
@@ -244,6 +277,8 @@ def main(args) -> int:
         if len(old) > 1:
             print(f"note: these paced runs from before the emulated clock ran at different time scales "
                   f"({', '.join(f'{s:g}' for s in old)}): their seconds, tokens/s and MFU do not compare")
+        for line in ranking_notes(rows):
+            print(line)
         incomplete = [r["file"] for r in rows if not r["complete"]]
         for f in incomplete:
             print(f"note: {f} has no /summary (run cut short): figures come from its completed steps; "

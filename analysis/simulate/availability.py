@@ -9,7 +9,7 @@ import pandas as pd
 
 from .costs import Costs, restart_stall
 from .failures import failure_trace
-from .model import DAY, POLICIES, Cluster, FailureModel, Params, job_throughput, replica_speeds, speed_table
+from .model import DAY, POLICIES, Cluster, FailureModel, Params, damaged_replicas, job_throughput, replica_speeds, speed_table
 from .tables import _table
 
 
@@ -37,7 +37,8 @@ def time_trace(cl: Cluster, fm: FailureModel, multipliers, policies=POLICIES, pa
             for pol in policies:
                 v = replica_speeds(tr.counts, R, speed_table(cl.domain_size, pol, params), params.placement,
                                    sorted_counts=srt)
-                thr = job_throughput(v, pol, R, params, N)
+                dmg = damaged_replicas(tr.counts, R, cl.domain_size, params.placement, sorted_counts=srt)
+                thr = job_throughput(v, pol, R, params, N, dmg)
                 per_pol[pol].append(thr.mean())
                 series[pol] = thr
             if example is None and t == 0:

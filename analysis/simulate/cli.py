@@ -3,6 +3,7 @@ writes the CSVs and plots."""
 from __future__ import annotations
 
 import os
+import json
 import sys
 import textwrap
 from dataclasses import replace
@@ -33,9 +34,12 @@ def main(args) -> int:
         return 2
     if args.check_pp:
         return check_pp_main(args.check_pp)
+    excess = damaged_excess(args, cl.replicas)
+    if excess is None:
+        return 2
     try:
         params = Params(boost=args.boost, min_tp_fraction=args.min_tp_fraction, placement=args.placement,
-                        micro_batches=args.micro_batches, mb_cut=args.mb_cut)
+                        micro_batches=args.micro_batches, mb_cut=args.mb_cut, damaged_excess=excess)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -176,6 +180,56 @@ def main(args) -> int:
             plot_trace(ex, cl, p)
             print("wrote", p)
     return 0
+
+
+def damaged_excess(args, replicas: int) -> float | None:
+    """--damaged-excess, or what --damaged-from's runs measured, carried to the simulated job, or 0;
+    None after an error message.
+
+    A run's excess (analysis/damaged_step.py) is time parameter-sized (a GPU's share of the gradients,
+    P / G bytes, regrouped over the scale-up link) over time token-sized (its compute, 6 P / G FLOPs per
+    token of its replica's step): bytes x FLOP/s / (6 x link x tokens per replica step), the model's
+    size P and the replica's GPUs G cancelling. So a run's excess is carried to the simulated job by the
+    ratio of tokens per replica step (run: its own; job: --tokens-per-replica) and of the machines' bf16
+    FLOP/s over scale-up bandwidth (run: its paced machine; job: --machine)."""
+    if args.damaged_from is None:
+        return 0.0 if args.damaged_excess is None else args.damaged_excess
+    if args.damaged_excess is not None:
+        print("error: give --damaged-excess or --damaged-from, not both", file=sys.stderr)
+        return None
+    from ..damaged_step import damaged_steps, tokens_per_replica_step
+    from ..runfile import SchemaError, load_run
+    try:
+        job = load_profile(args.machine, args.machines_dir)
+    except ProfileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+    carried, rows = [], []
+    tokens = args.tokens_per_replica or 16 * 2**20 / replicas
+    print(f"damaged steps (analysis/damaged_step.py), carried to {tokens:.6g} tokens per replica step on {job.name}:")
+    for path in args.damaged_from:
+        try:
+            run = load_run(path)
+            pm = run.attrs.get("paced_machine")
+            machine = (json.loads(pm) if isinstance(pm, str) else pm or {}).get("machine", "custom")
+            prof = load_profile(machine, args.machines_dir)
+        except (OSError, SchemaError, ProfileError, ValueError) as e:
+            print(f"error: {path}: {e}", file=sys.stderr)
+            return None
+        mine = tokens_per_replica_step(run)
+        factor = (mine / tokens) * ((job.bf16_tflops / job.scale_up_gbps) / (prof.bf16_tflops / prof.scale_up_gbps))
+        for d in damaged_steps(run):
+            print(f"  {path}: TP {list(d.degrees)}, {d.rows} rows, {mine:g} tokens per replica step on {prof.name}: step "
+                  f"{d.measured:.3f} of a healthy one, {d.compute:.3f} by compute alone, excess {d.excess:+.3f}; "
+                  f"x{factor:.3g} -> {d.excess * factor:+.4f}")
+            carried.append(max(0.0, d.excess) * factor)
+            rows.append(d.rows)
+    if not carried:
+        print("error: --damaged-from: no run under ntp or ntp-pw with damaged and healthy rows", file=sys.stderr)
+        return None
+    excess = float(np.median(np.repeat(carried, rows)))
+    print(f"  -> --damaged-excess {excess:.4f} (the median over {sum(rows)} rows)")
+    return excess
 
 
 def describe_costs(costs: Costs, base: Costs, given: dict, args) -> str:

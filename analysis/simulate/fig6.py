@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from .model import (POLICIES, Cluster, Params, job_throughput, kept_micro_batches, replica_speeds, replica_time,
+from .model import (POLICIES, Cluster, Params, damaged_replicas, job_throughput, kept_micro_batches, replica_speeds, replica_time,
                     speed_table)
 from .tables import _table
 
@@ -42,7 +42,9 @@ def sweep_failed_fraction(cl: Cluster, fractions, policies=POLICIES, params: Par
         for pol in policies:
             lut = speed_table(cl.domain_size, pol, params)
             v = replica_speeds(counts, R, lut, params.placement, sorted_counts=srt if params.placement == "packed" else None)
-            avail = job_throughput(v, pol, R, params, N)
+            dmg = damaged_replicas(counts, R, cl.domain_size, params.placement,
+                                   sorted_counts=srt if params.placement == "packed" else None)
+            avail = job_throughput(v, pol, R, params, N, dmg)
             rows.append(dict(failed_fraction=f, failed_gpus=n, policy=pol, placement=params.placement,
                              availability=avail.mean(), availability_se=avail.std(ddof=1) / math.sqrt(trials) if trials > 1 else math.nan,
                              loss=1 - avail.mean(), replicas_hit=hit.mean(),

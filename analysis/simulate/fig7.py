@@ -7,7 +7,7 @@ import pandas as pd
 
 from .costs import Costs, restart_stall
 from .failures import failure_trace
-from .model import DAY, POLICIES, Cluster, FailureModel, Params, fixed_batch_throughput, replica_speeds, speed_table
+from .model import DAY, POLICIES, Cluster, FailureModel, Params, damaged_replicas, fixed_batch_throughput, replica_speeds, speed_table
 from .tables import _table
 
 
@@ -35,7 +35,8 @@ def spares_sweep(cl: Cluster, spares, fm: FailureModel, policies=POLICIES, param
             for pol in policies:
                 lut = speed_table(cl.domain_size, pol, params)
                 v = replica_speeds(c, R, lut, params.placement, job_domains=J, sorted_counts=srt)
-                short, slow, pause = fixed_batch_throughput(v, pol, R, params, N)
+                dmg = damaged_replicas(c, R, cl.domain_size, params.placement, job_domains=J, sorted_counts=srt)
+                short, slow, pause = fixed_batch_throughput(v, pol, R, params, N, dmg)
                 a = acc.setdefault((S, pol), {"slow": [], "pause": [], "short": [], "stall": []})
                 a["slow"].append(slow.mean())
                 a["pause"].append(pause.mean())

@@ -79,8 +79,14 @@ class Params:
     placement: str = "packed"
     micro_batches: int = DEFAULT_MICRO_BATCHES    # M per replica per step; 0 = the limit M -> infinity
     mb_cut: str = "proportional"
+    # ntp, ntp-pw: a job step with a damaged replica lasts (1 + damaged_excess) times what its compute
+    # alone gives: the gradients regrouped between degrees, measured by runs (analysis/damaged_step.py,
+    # simulate --damaged-from); 0, the paper's model: compute alone.
+    damaged_excess: float = 0.0
 
     def __post_init__(self):
+        if not (self.damaged_excess >= 0 and math.isfinite(self.damaged_excess)):
+            raise ValueError("--damaged-excess must be a finite number >= 0")
         if self.micro_batches < 0:
             raise ValueError("--micro-batches must be >= 0 (0: the limit of many micro-batches)")
         if self.mb_cut not in MB_CUTS:
@@ -179,17 +185,37 @@ def kept_micro_batches(v, policy: str, stages: int, p: Params) -> np.ndarray:
     return np.where(on, w, 0.0)
 
 
-def job_throughput(v: np.ndarray, policy: str, stages: int, p: Params, replicas: int) -> np.ndarray:
+def job_throughput(v: np.ndarray, policy: str, stages: int, p: Params, replicas: int,
+                   damaged: np.ndarray | None = None) -> np.ndarray:
     """Throughput of a job whose replicas [..., n] have speeds v and all train in lock-step, relative to
     `replicas` healthy ones: committed micro-batches / max replica step time."""
     if policy == "restart":  # every replica whole, or a stop
         return np.where((np.asarray(v) >= 1).sum(axis=-1) >= replicas, 1.0, 0.0)
     w = kept_micro_batches(v, policy, stages, p)
-    T = replica_time(w, v, stages, p.micro_batches).max(axis=-1)
+    T = replica_time(w, v, stages, p.micro_batches).max(axis=-1) * damaged_stretch(v, damaged, policy, p)
     return np.where(T > 0, w.sum(axis=-1) / replicas / np.where(T > 0, T, 1.0), 0.0)
 
 
-def fixed_batch_throughput(v: np.ndarray, policy: str, stages: int, p: Params, replicas: int):
+def damaged_stretch(v, damaged, policy: str, p: Params) -> np.ndarray:
+    """1 + damaged_excess where a replica trains at a reduced degree (damaged and v > 0) under ntp or
+    ntp-pw, else 1 (damaged: bool [..., n], from damaged_replicas; None: no replica is)."""
+    v = np.asarray(v, dtype=float)
+    if damaged is None or policy not in ("ntp", "ntp-pw") or p.damaged_excess == 0:
+        return np.ones(v.shape[:-1])
+    return np.where((np.asarray(damaged) & (v > 0)).any(axis=-1), 1.0 + p.damaged_excess, 1.0)
+
+
+def damaged_replicas(counts: np.ndarray, dpr: int, domain_size: int, placement: str, job_domains: int | None = None,
+                     sorted_counts: np.ndarray | None = None) -> np.ndarray:
+    """Which replicas [..., n] hold a domain with a failed GPU, grouped as replica_speeds groups them (an
+    indicator speed: 1 whole, 0 with a failure; under `fixed` a spare swaps in for a job domain with a
+    failure, which ntp-pw's speeds, full at a small k, would not do)."""
+    whole = (np.arange(domain_size + 1) == 0).astype(float)
+    return replica_speeds(counts, dpr, whole, placement, job_domains, sorted_counts) == 0
+
+
+def fixed_batch_throughput(v: np.ndarray, policy: str, stages: int, p: Params, replicas: int,
+                           damaged: np.ndarray | None = None):
     """A fixed mini-batch of `replicas` x M micro-batches per step from a pool of replicas [..., n] ordered
     best first: they are filled in that order (the last one used may run fewer micro-batches than it
     could). Returns (short, throughput when short jobs slow down, throughput when they pause), each [...]:
@@ -200,7 +226,7 @@ def fixed_batch_throughput(v: np.ndarray, policy: str, stages: int, p: Params, r
     used = np.clip(replicas - (cum - w), 0.0, w)
     total = cum[..., -1]
     short = total < replicas - 1e-9
-    T = replica_time(used, v, stages, p.micro_batches).max(axis=-1)
+    T = replica_time(used, v, stages, p.micro_batches).max(axis=-1) * damaged_stretch(v, damaged, policy, p)
     rate = np.where(T > 0, np.minimum(total, replicas) / replicas / np.where(T > 0, T, 1.0), 0.0)
     if policy == "restart":  # a job of fixed size does not slow down when short: it stops
         rate = np.where(short, 0.0, rate)

@@ -2,6 +2,8 @@
 --straggler-policy, and their table."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -54,6 +56,8 @@ def straggler_throughput(counts: np.ndarray, cl: Cluster, policy: str, factor: f
     """Job throughput (healthy = 1) for slow-GPU counts per domain [..., D] under a straggler policy."""
     lut, cut = straggler_speed_table(cl.domain_size, policy, factor, p)
     v = replica_speeds(counts, cl.domains_per_replica, lut, p.placement)
+    if policy == "rebalance":  # the same degree, shards resized: no regrouping between degrees
+        p = replace(p, damaged_excess=0.0)
     return job_throughput(v, cut, cl.domains_per_replica, p, cl.replicas)
 
 
