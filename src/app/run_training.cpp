@@ -141,6 +141,17 @@ void settle_kill_mode(Options& o) {
                      "GPU yet); use --kill-mode fence");
 }
 
+// A schedule with kills, in a build that can kill for real, launched without fault tolerance: the
+// kills would quietly be emulated, and the run not be the one asked for. Refused, naming both ways.
+void refuse_kills_fenced_by_the_launch(const Options& o, const Schedule& s, bool mode_chosen) {
+  if (mode_chosen || s.kills() == 0 || o.backend != BackendKind::Cpu || !ulfm_compiled() || ulfm_enabled()) return;
+  throw UsageError(fmt::format(
+      "{}: the schedule kills {} time(s), but the job was launched without fault tolerance, so no process can "
+      "really die: launch it with `mpirun --with-ft ulfm` (real kills), or add --kill-mode fence (emulated kills: "
+      "the process stays, fenced off from its peers)",
+      o.schedule, s.kills()));
+}
+
 // Open MPI 5.0 cannot connect a process spawned in a job of several hosts with the ranks on the
 // other hosts (MPI_Comm_spawn then fails in the new process's MPI_Init or its first message:
 // open-mpi/ompi#12601, #13521), so a signal-mode revival there cannot work. A schedule that revives
@@ -237,7 +248,8 @@ int run_training(Options o, Comm& world) {
   Schedule schedule = validate_schedule(o, layout.trainer_hosts);
   validate_data_file(o, world);
   settle_revivals_across_hosts(o, layout, schedule, mode_chosen, root);
-  // Kills fenced by default (no ULFM here) are said once, with how to make them real.
+  refuse_kills_fenced_by_the_launch(o, schedule, mode_chosen);
+  // Kills fenced by default in a build whose MPI has no ULFM are said once, with how to make them real.
   if (root && !mode_chosen && o.kill_mode == KillMode::Fence && schedule.kills() > 0 && !ulfm_unavailable_reason().empty())
     fmt::print("note: the schedule's {} kill(s) will be fenced (emulated: the process stays), not real: {}\n",
                schedule.kills(), ulfm_unavailable_reason());

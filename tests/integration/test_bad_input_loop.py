@@ -136,6 +136,10 @@ def inputs(tmp_path_factory):
              "--kill-mode signal: " + ("the job was launched without fault tolerance: use `mpirun --with-ft ulfm`"
                                        if ULFM else "this build's MPI has no ULFM"), mpirun=NO_FT),
     ]
+    if ULFM:  # a schedule with kills launched without fault tolerance: refused unless --kill-mode fence
+        kinds.append(kind("kills without fault tolerance", ["--schedule", y("kill-one.yaml")],
+                          ["launched without fault tolerance", "mpirun --with-ft ulfm", "--kill-mode fence"],
+                          mpirun=NO_FT))
     if ULFM:  # --kill-mode signal needs ULFM (without it, the refusal is "no fault tolerance" above)
         kinds.append(kind("kill every rank", ["--schedule", y("kill-all.yaml"), "--kill-mode", "signal"],
                           "kill-all.yaml: step 2 kills every rank; with --kill-mode signal no process would be left"))

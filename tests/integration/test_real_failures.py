@@ -316,25 +316,26 @@ def test_fence_mode_keeps_the_process(tmp_path):
 
 
 @pytest.mark.skipif(not ULFM, reason="this build's MPI has no ULFM: every kill is fenced")
-def test_the_kill_mode_is_shown_and_kills_fenced_by_the_launch_are_announced(tmp_path):
+def test_the_kill_mode_is_shown_and_kills_without_fault_tolerance_are_refused(tmp_path):
     """Under `mpirun --with-ft ulfm` the kills are real and the banner, the closing line and the
-    file say so; the same command without fault tolerance fences them, says so once at start with how
-    to make them real, and records fence."""
+    file say so; the same command without fault tolerance is refused (exit 2) naming both ways, and
+    runs with emulated kills when --kill-mode fence says so, recorded as fence."""
     text = "events:\n  - {step: 2, kill: [1]}\n  - {step: 3, revive: [1]}\n"
-    runs = {}
-    for name, launcher in (("real", MPIRUN), ("fenced", [m for m in MPIRUN if m not in ("--with-ft", "ulfm")])):
-        out = tmp_path / f"{name}.h5"
-        runs[name] = (ntpbench(2, "--preset", "tiny", "--tp", 1, "--steps", 4, "--policy", "ntp", "--schedule",
-                               schedule(tmp_path, text), "--out", out, "--no-final-checkpoint", mpirun=launcher), out)
-    p, out = runs["real"]
+    plain = [m for m in MPIRUN if m not in ("--with-ft", "ulfm")]
+    args = ("--preset", "tiny", "--tp", 1, "--steps", 4, "--policy", "ntp", "--schedule", schedule(tmp_path, text),
+            "--no-final-checkpoint")
+    real = tmp_path / "real.h5"
+    p = ntpbench(2, *args, "--out", real, mpirun=MPIRUN)
     assert "kill mode: signal (kills are real SIGKILLs" in p.stdout and "| kill mode signal" in p.stdout, p.stdout
-    assert "will be fenced" not in p.stdout
-    with h5py.File(out) as f:
+    with h5py.File(real) as f:
         assert f.attrs["kill_mode"] == "signal"
-    p, out = runs["fenced"]
-    notes = [l for l in p.stdout.splitlines() if "kill(s) will be fenced" in l]
-    assert len(notes) == 1 and "mpirun --with-ft ulfm" in notes[0], p.stdout
-    assert "kill mode: fence (kills are emulated: the job was launched without fault tolerance" in p.stdout
-    assert "| kill mode fence" in p.stdout
-    with h5py.File(out) as f:
-        assert f.attrs["kill_mode"] == "fence" and "without fault tolerance" in f.attrs["kill_mode_reason"]
+    refused = ntpbench(2, *args, "--out", tmp_path / "refused.h5", mpirun=plain, check=False)
+    err = refused.stdout + refused.stderr
+    assert refused.returncode == 2 and "launched without fault tolerance" in err, err
+    assert "mpirun --with-ft ulfm" in err and "--kill-mode fence" in err, err
+    assert not (tmp_path / "refused.h5").exists()
+    fenced = tmp_path / "fenced.h5"
+    p = ntpbench(2, *args, "--kill-mode", "fence", "--out", fenced, mpirun=plain)
+    assert "| kill mode fence" in p.stdout and "will be fenced" not in p.stdout, p.stdout
+    with h5py.File(fenced) as f:
+        assert f.attrs["kill_mode"] == "fence"
