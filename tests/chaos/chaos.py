@@ -5,7 +5,10 @@ Each seed draws a job (policy, spares, straggler policy, TP x DP or TP x PP x DP
 and a schedule of explicit events: kills at every phase (start, forward, backward, sync,
 optimizer, `repair`: in the repair of another kill of its step, and `handover`: in the handover
 of a revival of its step), hangs, slow episodes, several in one step, each killed rank revived
-some steps later. The run goes under real kills (ULFM) with a deadline, and is judged by
+some steps later; in some jobs a rank the schedule never touches is killed from outside (`kill -9`
+of its process once rank 0 printed a drawn step, under `restart` often in an idle stretch while
+every replica waits for a revival), a death the run must record as unscheduled. The run goes under
+real kills (ULFM) with a deadline, and is judged by
 tests/chaos/verdict.py from its results file, its schedule and its exit code alone (the deaths are
 the schedule's, each recorded once; exit 3 only where the schedule leaves no replica; every
 revival happened; full degree at the end; no needless checkpoint reload; every straggler acted
@@ -14,7 +17,8 @@ on; no process and nothing in /dev/shm left behind), then must replay on one ran
 
 One line per seed, a table at the end, and for each failing seed the command that reproduces it.
 Usage: chaos.py BUILD_DIR OUT_DIR --seeds N [--first S] [--steps K] [--timeout SECONDS]
-       chaos.py --check-only RUN.h5 SCHEDULE.yaml --rc N [--build BUILD_DIR]   (judge one run)
+       chaos.py --check-only RUN.h5 SCHEDULE.yaml --rc N [--outside STEP:RANK ...] [--build BUILD_DIR]
+       (judge one run; --outside: a rank killed from outside after that step's line)
 """
 from __future__ import annotations
 
@@ -22,9 +26,12 @@ import argparse
 import os
 import pathlib
 import random
+import re
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -106,6 +113,50 @@ def draw_schedule(rng: random.Random, ranks: int, steps: int, max_deaths: int) -
     return events
 
 
+def draw_outside(rng: random.Random, events: list[dict], job: dict, ranks: int, steps: int) -> tuple[int, int] | None:
+    """(S, rank): kill `rank` from outside once step S's line is out. The rank is one the schedule never
+    names (its process is the first), no event falls in steps S + 1 to S + 3 (where the kill lands),
+    and under `restart` S is in an idle stretch (a scheduled death not yet revived) when there is one.
+    None where no such step is left, or a job with spares has none to spare."""
+    named = {r for e in events for k, v in e.items() if isinstance(v, list) for r in v}
+    free = [r for r in range(ranks) if r not in named]
+    deaths = sum(len(e.get("kill", [])) + len(e.get("hang", [])) for e in events)
+    if not free or (job["spares"] != "none" and deaths >= SPARES):
+        return None
+    busy = {int(e["step"]) for e in events}
+    quiet = [s for s in range(3, steps - 4) if not busy & {s + 1, s + 2, s + 3}]
+    idle = []
+    if job["policy"] == "restart":
+        down: dict[int, int] = {}
+        for s in range(1, steps + 1):
+            for e in events:
+                if int(e["step"]) == s:
+                    down.update({r: s for r in e.get("kill", []) + e.get("hang", [])})
+                    for r in e.get("revive", []):
+                        down.pop(r, None)
+            if down and s in quiet:
+                idle.append(s)
+    choices = idle if idle and rng.random() < 0.7 else quiet
+    return (rng.choice(choices), rng.choice(free)) if choices else None
+
+
+def rank_process(rank: int, out: pathlib.Path) -> int | None:
+    """The pid of `rank`'s first process of the run writing `out` (its environment names its rank in
+    MPI_COMM_WORLD, its command line the results file)."""
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if str(out) not in (d / "cmdline").read_bytes().decode(errors="replace"):
+                continue
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and os.path.basename(os.readlink(d / "exe")).startswith("ntpbench"):
+            return int(d.name)
+    return None
+
+
 def yaml_of(events: list[dict]) -> str:
     def one(e):
         parts = []
@@ -137,22 +188,48 @@ def command(build: pathlib.Path, job: dict, steps: int, schedule: pathlib.Path, 
 LAUNCHER_FAILED = "PMIx server's listener thread failed to start"
 
 
-def run(cmd: list[str], env: dict, timeout: float) -> tuple[int, str]:
-    """The job under a deadline (timeout_with_stacks.sh prints its stacks past it): exit code, output."""
+STEP_LINE = re.compile(r"^step\s+(\d+)/\d+ ")
+
+
+def run(cmd: list[str], env: dict, timeout: float, outside: tuple[int, int] | None = None,
+        out: pathlib.Path | None = None) -> tuple[int, str, bool]:
+    """The job under a deadline (timeout_with_stacks.sh prints its stacks past it): exit code, output,
+    and whether the outside kill (S, rank) was made: SIGKILL to the rank's process as soon as a line
+    of step S or later is out."""
+    p = subprocess.Popen([str(ROOT / "tests/timeout_with_stacks.sh"), str(timeout), *cmd], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    killed = threading.Event()
+
+    def read():
+        for line in p.stdout:
+            lines.append(line)
+            m = STEP_LINE.match(line)
+            if outside and not killed.is_set() and m and int(m.group(1)) >= outside[0]:
+                pid = rank_process(outside[1], out)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.set()
+                    lines.append(f"chaos: killed rank {outside[1]} (pid {pid}) from outside after step "
+                                 f"{m.group(1)}'s line\n")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        p = subprocess.run([str(ROOT / "tests/timeout_with_stacks.sh"), str(timeout), *cmd], env=env,
-                           capture_output=True, text=True, timeout=timeout + 120)
-        return p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        return 124, str(e)
+        rc = p.wait(timeout=timeout + 120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = 124
+    reader.join(timeout=30)
+    return rc, "".join(lines), killed.is_set()
 
 
 def check(build: pathlib.Path, out: pathlib.Path, events: list[dict], rc: int, log: str = "",
-          shm_before: set[str] | None = None) -> list[str]:
+          shm_before: set[str] | None = None, outside=()) -> list[str]:
     """verdict.check_run's rules, then the replay (a run that reached its end) and the report."""
     if not out.exists():
         return ([f"exit {rc}"] if rc not in (0, 3) else []) + ["no results file"]
-    problems = verdict.check_run(out, events, rc, shm_before)
+    problems = verdict.check_run(out, events, rc, shm_before, outside)
     if rc == 0:
         rep = subprocess.run([str(build / "ntpbench"), "--replay", str(out), "--quiet"], capture_output=True,
                              text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -188,9 +265,12 @@ def check_only(argv: list[str]) -> int:
     ap.add_argument("run", type=pathlib.Path)
     ap.add_argument("schedule", type=pathlib.Path)
     ap.add_argument("--rc", type=int, required=True, help="the run's exit code")
+    ap.add_argument("--outside", nargs="*", default=[], metavar="STEP:RANK",
+                    help="a rank killed from outside after that step's line")
     ap.add_argument("--build", type=pathlib.Path, default=ROOT / "build", help="for the replay (default build/)")
     a = ap.parse_args(argv)
-    problems = check(a.build, a.run, verdict.load_schedule(a.schedule), a.rc)
+    outside = [tuple(int(x) for x in o.split(":")) for o in a.outside]
+    problems = check(a.build, a.run, verdict.load_schedule(a.schedule), a.rc, outside=outside)
     for p in problems:
         print(f"FAIL: {p}")
     print("ok" if not problems else f"{len(problems)} problem(s)")
@@ -222,27 +302,40 @@ def main() -> int:
         schedule = a.out / f"seed{seed}.yaml"
         schedule.write_text(yaml_of(events))
         out = a.out / f"seed{seed}.h5"
+        # The outside kill from a generator of its own, so that a seed's job and schedule stay what
+        # they were before outside kills were drawn (the regression seeds still reproduce).
+        orng = random.Random(f"outside {seed}")
+        # (More often under restart: its idle stretches are where an outside death once went unrecorded.)
+        drawn = orng.random() < (0.7 if job["policy"] == "restart" else 0.3)
+        outside = draw_outside(orng, events, job, ranks, a.steps) if drawn else None
         cmd = command(a.build, job, a.steps, schedule, out)
+        if outside:
+            cmd.remove("--quiet")  # the step lines tell when to kill
         t0 = time.time()
         shm_before = verdict.shm_entries()
-        rc, log = run(cmd, env, a.timeout)
+        rc, log, made = run(cmd, env, a.timeout, outside, out)
         relaunched = rc != 0 and LAUNCHER_FAILED in log and "ntpbench" not in log and not out.exists()
         if relaunched:
             # Open MPI 5.0's launcher failed before any ntpbench process ran (tests/integration/
             # conftest.py, launcher_did_not_start): not the run's failure; once more, and said so.
-            rc, log = run(cmd, env, a.timeout)
+            rc, log, made = run(cmd, env, a.timeout, outside, out)
         (a.out / f"seed{seed}.log").write_text(log)
-        problems = ["hung (deadline)"] if rc == 124 else check(a.build, out, events, rc, log, shm_before)
+        kills = [outside] if outside and made else []
+        problems = ["hung (deadline)"] if rc == 124 else check(a.build, out, events, rc, log, shm_before, kills)
         end_leftovers(run_pids(out))
-        kinds = sorted({k for e in events for k in e if k not in ("step", "at", "factor")})
+        kinds = sorted({k for e in events for k in e if k not in ("step", "at", "factor")}
+                       | ({"outside"} if kills else set()))
         line = (f"seed {seed:>4}: {job['policy']:<7} spares {job['spares']:<8} stragglers {job['straggler']:<9} "
                 f"{job['layout']:<9} {job['model']:<5} {len(events):>2} events ({','.join(kinds)}) "
                 f"{time.time() - t0:6.1f} s  {'ok' if not problems else 'FAIL: ' + '; '.join(problems)}"
-                + (" (the launcher failed to start once: relaunched)" if relaunched else ""))
+                + (" (the launcher failed to start once: relaunched)" if relaunched else "")
+                + (f" (outside kill of rank {outside[1]} after step {outside[0]} not made: no such line)"
+                   if outside and not made else ""))
         print(line, flush=True)
         rows.append((seed, job, problems))
         if problems:
-            failed.append((seed, cmd, problems))
+            failed.append((seed, cmd + ([f"# then kill -9 rank {outside[1]} after step {outside[0]}"] if kills else []),
+                           problems))
     print(f"\n{len(rows) - len(failed)} of {len(rows)} seeds passed")
     for seed, cmd, problems in failed:
         print(f"seed {seed}: {'; '.join(problems)}\n  {shlex.join(cmd)}\n  log: {a.out}/seed{seed}.log")

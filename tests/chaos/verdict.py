@@ -3,7 +3,9 @@ and its exit code alone (chaos.py --check-only; make chaos and the cluster chaos
 every seed). Each rule reads what happened, not what the run says of itself:
 
 - deaths: every `kill` event is one the schedule caused (a `kill`, `hang` or `kill_node` of that
-  rank), each scheduled death has its event, and no event says `unscheduled`;
+  rank), each scheduled death has its event, and no event says `unscheduled` but one for each kill
+  the caller made from outside (`kill -9` of a rank's process after step S: its `unscheduled` event
+  at step S + 1 to S + 3, counted as a death with no revival by the rules below);
 - the exit: 0, or 3 only where the schedule itself leaves no replica that could train (a death
   with no revival that would let one train again); a run that stopped says so in /summary;
 - revivals: each scheduled `revive` (and `revive_node`) at a step the run reached has its `revive`
@@ -80,9 +82,15 @@ class RunFacts:
         return [(s, r, d) for s, k, r, d in self.events if k in kinds]
 
 
-def scheduled_deaths(events: list[dict], facts: RunFacts) -> list[tuple[int, int]]:
-    """(step, rank) of each death the schedule causes."""
-    out = []
+# An outside kill made after the line of step S lands in step S + 1, or later where rank 0's line
+# came late: its event is looked for up to this many steps after S + 1.
+OUTSIDE_SLACK = 2
+
+
+def scheduled_deaths(events: list[dict], facts: RunFacts, outside=()) -> list[tuple[int, int]]:
+    """(step, rank) of each death the schedule causes, and of each outside kill (made after step S:
+    taken at S + 1)."""
+    out = [(int(s) + 1, int(r)) for s, r in outside]
     for e in events:
         for r in [*e.get("kill", []), *e.get("hang", [])]:
             out.append((int(e["step"]), int(r)))
@@ -101,11 +109,14 @@ def scheduled_revivals(events: list[dict], facts: RunFacts) -> list[tuple[int, i
 
 
 def can_train(alive: set[int], facts: RunFacts) -> bool:
-    """Whether some replica trains with these ranks alive: whole under dp-drop and restart; under
+    """Whether some replica trains with these ranks alive: under restart only with every rank alive
+    (the whole job stops at a failure and waits for it to be repaired); whole under dp-drop; under
     NTP with a live rank in each of its pipeline stages."""
+    if facts.policy == "restart":
+        return all(r in alive for r in range(facts.trainers))
     for replica in range(facts.dp):
         ranks = range(replica * facts.tp * facts.pp, (replica + 1) * facts.tp * facts.pp)
-        if facts.policy in ("dp-drop", "restart"):
+        if facts.policy == "dp-drop":
             if all(r in alive for r in ranks):
                 return True
         elif all(any(r in alive for r in ranks if facts.stage_of(r) == st) for st in range(facts.pp)):
@@ -113,10 +124,11 @@ def can_train(alive: set[int], facts: RunFacts) -> bool:
     return False
 
 
-def schedule_leaves_no_replica(events: list[dict], facts: RunFacts) -> bool:
-    """Whether at some step the schedule's deaths leave no replica that trains, and none of the
-    revivals still to come (were each to succeed) would let one train again (the run's exit 3)."""
-    deaths, revivals = scheduled_deaths(events, facts), scheduled_revivals(events, facts)
+def schedule_leaves_no_replica(events: list[dict], facts: RunFacts, outside=()) -> bool:
+    """Whether at some step the schedule's deaths (and the outside kills) leave no replica that trains,
+    and none of the revivals still to come (were each to succeed) would let one train again (the
+    run's exit 3)."""
+    deaths, revivals = scheduled_deaths(events, facts, outside), scheduled_revivals(events, facts)
     alive = set(range(facts.trainers))
     for step in sorted({s for s, _ in deaths + revivals}):
         alive -= {r for s, r in deaths if s == step}
@@ -127,14 +139,17 @@ def schedule_leaves_no_replica(events: list[dict], facts: RunFacts) -> bool:
     return False
 
 
-def check_run(path: str | os.PathLike, events: list[dict], rc: int, shm_before: set[str] | None = None) -> list[str]:
-    """Every rule above against one run: the problems found (empty: the run did what it should)."""
+def check_run(path: str | os.PathLike, events: list[dict], rc: int, shm_before: set[str] | None = None,
+              outside=()) -> list[str]:
+    """Every rule above against one run: the problems found (empty: the run did what it should).
+    outside: (S, rank) of each kill made from outside after step S's line."""
     try:
         facts = RunFacts(path)
     except (OSError, KeyError, ValueError) as e:
         return [f"unreadable results: {e}"]
     problems: list[str] = []
-    stop_allowed = schedule_leaves_no_replica(events, facts)
+    outside = [(int(s), int(r)) for s, r in outside]
+    stop_allowed = schedule_leaves_no_replica(events, facts, outside)
 
     # The exit, and what /summary says of it.
     if rc == 3 and not stop_allowed:
@@ -148,12 +163,20 @@ def check_run(path: str | os.PathLike, events: list[dict], rc: int, shm_before: 
     elif rc == 0 and facts.summary.get("status") == "stopped":
         problems.append("exit 0 but /summary status 'stopped'")
 
-    # Deaths: the schedule's, each once, and no other.
+    # Deaths: the schedule's, each once, the outside kills', and no other.
     kills = facts.of_kind("kill")
     unscheduled = [(s, r, d) for s, r, d in kills if d.startswith("unscheduled")]
-    if unscheduled:
-        problems.append(f"{len(unscheduled)} death(s) the schedule did not cause: "
-                        + "; ".join(f"step {s} rank {r}: {d}" for s, r, d in unscheduled))
+    unexplained = list(unscheduled)
+    for s, r in outside:
+        match = [u for u in unexplained if u[1] == r and s + 1 <= u[0] <= s + 1 + OUTSIDE_SLACK]
+        if match:
+            unexplained.remove(match[0])
+        elif s + 1 <= facts.last_step:
+            problems.append(f"the outside kill of rank {r} after step {s} has no death event (kill, unscheduled) "
+                            f"by step {s + 1 + OUTSIDE_SLACK}")
+    if unexplained:
+        problems.append(f"{len(unexplained)} death(s) the schedule did not cause: "
+                        + "; ".join(f"step {s} rank {r}: {d}" for s, r, d in unexplained))
     wanted = Counter(r for s, r in scheduled_deaths(events, facts) if s <= facts.last_step)
     got = Counter(r for _, r, d in kills if not d.startswith("unscheduled"))
     if got != wanted:
@@ -169,7 +192,8 @@ def check_run(path: str | os.PathLike, events: list[dict], rc: int, shm_before: 
 
     # The end: full degree where every death was revived.
     evicted_at_end = {r for _, r, _ in facts.of_kind("evict")} - {r for _, r, _ in facts.of_kind("rejoin")}
-    all_back = Counter(r for _, r in scheduled_deaths(events, facts)) == Counter(r for _, r in scheduled_revivals(events, facts))
+    all_back = (Counter(r for _, r in scheduled_deaths(events, facts, outside))
+                == Counter(r for _, r in scheduled_revivals(events, facts)))
     if rc == 0 and all_back and not evicted_at_end:
         if facts.last_live != facts.trainers:
             problems.append(f"the last step ran with {facts.last_live} live ranks of {facts.trainers}, every death revived")

@@ -100,6 +100,44 @@ def test_a_death_the_schedule_did_not_cause(good_run, tmp_path):
     expect_fails(path, events, 0, "death(s) the schedule did not cause: step 3 rank 2")
 
 
+def test_an_outside_kill_is_a_death_the_run_must_record(good_run, tmp_path):
+    """A rank killed from outside after step 3's line: its unscheduled death at step 4 is explained;
+    without the event, or at another rank, or too late, it is not (the negative controls)."""
+    out, events, _ = good_run
+
+    def outside_kill(rank, step):
+        def change(ev):
+            row = ev[kinds(ev) == "kill"][:1].copy()
+            row["rank"], row["step"], row["detail"] = rank, step, b"unscheduled: the process died"
+            return np.concatenate([ev, row])
+        return change
+    explained = doctored(out, tmp_path, lambda f: edit_events(f, outside_kill(2, 4)))
+    problems = verdict.check_run(explained, events, 0, outside=[(3, 2)])
+    assert not any("did not cause" in p or "outside kill" in p for p in problems), problems
+
+    def expect_outside(path, words):
+        problems = verdict.check_run(path, events, 0, outside=[(3, 2)])
+        assert any(words in p for p in problems), problems
+    expect_outside(out, "the outside kill of rank 2 after step 3 has no death event")
+    expect_outside(doctored(out, tmp_path, lambda f: edit_events(f, outside_kill(6, 4))),
+                   "death(s) the schedule did not cause: step 4 rank 6")
+    expect_outside(doctored(out, tmp_path, lambda f: edit_events(f, outside_kill(2, 4 + verdict.OUTSIDE_SLACK + 1))),
+                   "the outside kill of rank 2 after step 3 has no death event")
+
+
+def test_restart_trains_only_with_every_rank_alive():
+    """Under restart the whole job waits for a repair (DESIGN: every rank stops): a rank killed
+    from outside and never revived leaves no way forward, so exit 3 is the right end there, while
+    under dp-drop the other replica trains on (no exit 3)."""
+    import types
+    facts = types.SimpleNamespace(policy="restart", tp=4, pp=1, dp=2, trainers=8, stage_of=lambda r: 0)
+    events = [{"step": 4, "kill": [0]}, {"step": 9, "revive": [0]}]
+    assert not verdict.schedule_leaves_no_replica(events, facts)  # every death revived
+    assert verdict.schedule_leaves_no_replica(events, facts, outside=[(5, 6)])  # rank 6 never back
+    facts.policy = "dp-drop"
+    assert not verdict.schedule_leaves_no_replica(events, facts, outside=[(5, 6)])  # replica 0 is whole at 9
+
+
 def test_a_scheduled_death_with_no_event(good_run, tmp_path):
     out, events, _ = good_run
     expect_fails(without(out, tmp_path, "kill"), events, 0, "kill events for ranks [], scheduled deaths [5]")
