@@ -1,5 +1,6 @@
 // The whole model on one rank, both families: gradients against finite differences, and learning.
 #include "data.hpp"
+#include "make_model.hpp"
 #include "model.hpp"
 #include "test_util.hpp"
 #include "trainer.hpp"

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "backend.hpp"
+#include "make_model.hpp"
 #include "model.hpp"
 #include "ntp_layout.hpp"
 #include "test_util.hpp"

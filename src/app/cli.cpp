@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "config_key.hpp"
+#include "exit_codes.hpp"
 #include "option_table.hpp"
 #include "tp_layout.hpp"
 
@@ -206,12 +207,7 @@ ParseResult parse_options(int argc, char** argv, bool print, int world_size) {
     if (!s.flag.empty()) add_spec(app, s, o, text);
   app.set_config("--config", "", "Read any of these flags from a TOML file (CLI11 syntax: name = value)");
   app.allow_config_extras(false);  // a misspelt key in a config file is an error, not a silent default
-  app.footer(
-      "Exit codes: 0 the run finished; 1 an internal or MPI error on some rank (its message names it); 2 bad "
-      "flags, schedule, config, data or checkpoint, an existing --out, or --backend cuda without a usable GPU; 3 "
-      "failures left no replica able to train and no revival is scheduled (the results file holds every step so "
-      "far); 4 a non-finite loss or gradient norm; 5 a rank made no progress within --hang-timeout, or new processes for a revival did not join within 300 s "
-      "(the MPI library reported nothing: a peer stopped without dying, or the library itself hangs).");
+  app.footer(exit_codes_help());
   try {
     app.parse(argc, argv);
     resolve(app, text, o, world_size);

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "exit_codes.hpp"
+
 namespace ntp {
 
 namespace {
@@ -36,7 +38,7 @@ extern "C" void on_interrupt(int) {
   put(line, n, sizeof line, g_results);
   put(line, n, sizeof line, "\n");
   (void)!write(STDERR_FILENO, line, n);
-  _exit(130);
+  _exit(code(ExitCode::Interrupted));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "exit_codes.hpp"
+
 // The launcher of the MPI this binary was built against (CMake's MPIEXEC_EXECUTABLE).
 #ifndef NTPBENCH_MPIEXEC
 #define NTPBENCH_MPIEXEC "mpirun"
@@ -71,7 +73,7 @@ int check_launcher(int world_rank, int world_size) {
                  why.c_str(), NTPBENCH_MPIEXEC, other);
     std::fflush(stderr);
   }
-  return 2;
+  return code(ExitCode::BadInput);
 }
 
 bool started_by_launcher() {

@@ -13,6 +13,7 @@
 #include "checkpoint.hpp"
 #include "blas_core.hpp"
 #include "cli.hpp"
+#include "exit_codes.hpp"
 #include "fault.hpp"
 #include "launcher.hpp"
 #include "machine.hpp"
@@ -66,19 +67,19 @@ int main(int argc, char** argv) {
     }
   } catch (const ntp::UsageError& e) {
     if (rank == 0) std::fprintf(stderr, "ntpbench: error: %s\n", e.what());
-    code = 2;
+    code = ntp::code(ntp::ExitCode::BadInput);
   } catch (const ntp::CheckpointError& e) {
     // Every rank reads the whole file and reaches the same verdict; rank 0 speaks.
     if (rank == 0) std::fprintf(stderr, "ntpbench: error: %s\n", e.what());
-    code = 2;
+    code = ntp::code(ntp::ExitCode::BadInput);
   } catch (const std::exception& e) {
     // May be this rank alone: end the job rather than leave peers waiting in a collective.
     std::fprintf(stderr, "ntpbench: error on rank %d: %s\n", rank, e.what());
     std::fflush(stderr);
     // Under ULFM, MPI_Abort was seen to exit 0 (one rank) or hang (two): this process leaves,
     // non-zero, and its peers see it as a failed rank.
-    if (ntp::ulfm_enabled()) ntp::leave_job(1);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    if (ntp::ulfm_enabled()) ntp::leave_job(ntp::code(ntp::ExitCode::Failed));
+    MPI_Abort(MPI_COMM_WORLD, ntp::code(ntp::ExitCode::Failed));
   }
   return ntp::finish_mpi(code);
 }

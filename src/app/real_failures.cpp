@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "fault.hpp"
+#include "option_table.hpp"
 #include "run.hpp"
 #include "spares.hpp"
 #include "training_run.hpp"
@@ -29,6 +30,22 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(JoinMessage, options, step, elapsed, ranks, s
 
 nlohmann::json to_json(const JoinMessage& m) { return m; }
 JoinMessage join_message_from_json(const nlohmann::json& j) { return j.get<JoinMessage>(); }
+
+std::string to_text(const SparePlan& plan) {
+  if (plan.end) return R"({"kind": "end"})";
+  return nlohmann::json{{"kind", "take"}, {"assign", plan.assign}, {"join", to_json(plan.join)}}.dump();
+}
+
+SparePlan spare_plan_from_text(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text);
+  SparePlan plan;
+  plan.end = j.at("kind") == "end";
+  if (!plan.end) {
+    plan.assign = j.at("assign").get<std::vector<std::pair<int, int>>>();
+    plan.join = join_message_from_json(j.at("join"));
+  }
+  return plan;
+}
 
 namespace {
 // One repair as the group saw it: the first and the last rank's notice of the failure, and the
@@ -100,8 +117,7 @@ std::unique_ptr<Comm> TrainingRun::spawn_replacements(const JoinMessage& m) {
 // Spares take m.ranks (`assign`: spare key, logical rank): the plan goes to the whole pool, and the
 // trainers' group, spares included, comes back in logical order.
 std::unique_ptr<Comm> TrainingRun::hand_to_spares(const JoinMessage& m, const std::vector<std::pair<int, int>>& assign) {
-  const nlohmann::json plan = {{"kind", "take"}, {"assign", assign}, {"join", to_json(m)}};
-  spares_.pool->exchange(plan.dump());
+  spares_.pool->exchange(to_text(SparePlan{.end = false, .assign = assign, .join = m}));
   return spares_.pool->regroup(assign);
 }
 
@@ -139,7 +155,7 @@ double TrainingRun::revive(int s, const std::vector<int>& wanted) {
     std::vector<SpareHandover> handover;
     for (const auto& [key, rank] : assign)
       handover.push_back({spares_.pool->spare_number(key), spares_.pool->host_of_spare(key), rank});
-    record_->record_revival(s, t_event, spawn_seconds, ranks, handover, o_.spare_use == SpareUse::Takeover);
+    record_->record_revival(s, t_event, spawn_seconds, ranks, handover, o_.spares_take_over_deaths());
   });
 }
 
@@ -180,7 +196,7 @@ double TrainingRun::complete_handover(int s, const StepEvents& ev, bool joining,
 // heals them in, and the survivors do not first shrink to the lost ranks' absence). Not under
 // restart, which reloads the checkpoint once a replica is whole again.
 Recovery TrainingRun::reconfigure_survivors(const std::vector<int>& lost) {
-  bool at_once = !lost.empty() && spares_ && o_.spare_use == SpareUse::Takeover && o_.policy != Policy::Restart;
+  bool at_once = !lost.empty() && spares_ && o_.spares_take_over_deaths() && o_.policy != Policy::Restart;
   if (at_once) {
     std::vector<int> served;
     for (const auto& [key, rank] : spares_.pool->choose(members_.dead(), members_.hosts)) served.push_back(rank);
@@ -192,7 +208,7 @@ Recovery TrainingRun::reconfigure_survivors(const std::vector<int>& lost) {
 // --spare-use takeover, right after the repair of a death: spares take the dead ranks now, when the
 // pool can serve them all (a later revival of those ranks is then moot).
 double TrainingRun::take_over(int s, const std::vector<int>& lost) {
-  if (!spares_ || o_.spare_use != SpareUse::Takeover) return 0;
+  if (!spares_ || !o_.spares_take_over_deaths()) return 0;
   // Every dead rank, not only this repair's: a whole host's deaths can come in two repairs, and a
   // spare host serves the host once all its ranks are known dead (SparePool::choose).
   const std::vector<int> dead = members_.dead();
@@ -213,7 +229,7 @@ void TrainingRun::use_spares(SparePool* pool, std::vector<std::string> processes
 void TrainingRun::release_spares() {
   if (!spares_) return;
   try {
-    spares_.pool->exchange(R"({"kind": "end"})");
+    spares_.pool->exchange(to_text(SparePlan{.end = true, .assign = {}, .join = {}}));
   } catch (const PeerFailure&) {
     // A spare died: the others see the trainers leave, and end when none is left (run_spare).
   }
@@ -322,7 +338,7 @@ double TrainingRun::recover(int s, const PeerFailure& e, double t_attempt) {
 // every replica idle to the end: that too is no way forward.
 void TrainingRun::stop_if_no_way_forward(int s) {
   if (trainer_->configuration().active_replicas() > 0) return;
-  if (spares_ && o_.spare_use == SpareUse::Takeover && !spares_.pool->choose(members_.dead(), members_.hosts).empty()) return;
+  if (spares_ && o_.spares_take_over_deaths() && !spares_.pool->choose(members_.dead(), members_.hosts).empty()) return;
   std::vector<char> hope = members_.alive;
   for (int r : schedule_.revived_after(s)) hope[r] = 1;
   if (plan_for(o_, trainer_->topology(), hope).active_replicas() > 0) return;

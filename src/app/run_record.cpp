@@ -18,6 +18,7 @@
 #include "interrupt.hpp"
 #include "rebalance.hpp"
 #include "machine.hpp"
+#include "option_table.hpp"
 
 namespace ntp {
 

@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "exit_codes.hpp"
 #include "h5.hpp"
 #include "machine.hpp"
+#include "option_table.hpp"
 #include "param_compare.hpp"
 #include "recorder.hpp"
 #include "run.hpp"
@@ -85,7 +87,7 @@ int run_replay(const Options& cli, Comm& world) {
       // The run's data order is not one rank's: a verdict, not an error.
       fmt::print("replay: DISAGREES: step {} starts at sample {} on one rank, the run recorded {}\n", run.steps[i],
                  trainer.cursor(), run.begins[i]);
-      return 1;
+      return code(ExitCode::Failed);
     }
     const StepResult r = trainer.step({static_cast<int>(run.samples[i])});
     if (!cli.quiet) fmt::print("replay step {:5d} | {} samples | loss {:.6f}\n", run.steps[i], run.samples[i], r.loss);
@@ -101,7 +103,7 @@ int run_replay(const Options& cli, Comm& world) {
   const bool ok = diff.within(cli.replay_tol);
   fmt::print("replay: {}\nreplay: {} (tolerance {:.1e} over all parameters, {:.1e} per tensor; see param_compare.hpp)\n",
              diff.describe(), ok ? "AGREES" : "DISAGREES", cli.replay_tol, kTensorTolerance);
-  return ok ? 0 : 1;
+  return code(ok ? ExitCode::Ok : ExitCode::Failed);
 }
 
 }  // namespace ntp

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "backend.hpp"
 #include "data.hpp"
 #include "fault.hpp"
+#include "hang_watch.hpp"
 #include "launcher.hpp"
 #include "run.hpp"
 #include "spares.hpp"
@@ -119,7 +121,7 @@ Schedule validate_schedule(const Options& o, const std::vector<std::string>& hos
                                    o.schedule, step));
     // With spares taking over deaths at once, whether one can serve a death is the pool's at run
     // time: a repair that leaves no replica and no spare ends the run then (exit 3).
-    const bool takeover = o.spare_use == SpareUse::Takeover && (o.spares_per_host > 0 || o.spare_hosts > 0);
+    const bool takeover = o.spares_take_over_deaths();
     const auto cfg = plan_for(o, topo, alive);
     if (cfg.active_replicas() == 0 && !s.revival_after(step) && !takeover)
       throw UsageError(fmt::format(
@@ -162,12 +164,12 @@ void settle_revivals_across_hosts(Options& o, const JobLayout& layout, const Sch
   const auto distinct = std::set<std::string>(hosts.begin(), hosts.end()).size();
   if (o.kill_mode != KillMode::Signal || distinct < 2 || s.revives() == 0) return;
   // Spares bring ranks back on any host: each revival (each death, under takeover) takes one.
-  const int needed = o.spare_use == SpareUse::Takeover ? s.kills() : s.revives();
+  const int needed = o.spares_take_over_deaths() ? s.kills() : s.revives();
   if (layout.spares() > 0) {
     if (layout.spares() < needed)
       throw UsageError(fmt::format("{}: the schedule needs {} spare(s) ({} under --spare-use {}) but the job has {}, "
                                    "and on a job of several hosts no process can be spawned instead",
-                                   o.schedule, needed, o.spare_use == SpareUse::Takeover ? "one per kill" : "one per revival",
+                                   o.schedule, needed, o.spares_take_over_deaths() ? "one per kill" : "one per revival",
                                    o.spare_use, layout.spares()));
     return;
   }
@@ -229,6 +231,43 @@ int train_from_start(const Options& o, Comm& group, Schedule schedule, std::vect
   run.start_clock();
   return run.train(1);
 }
+// A spare's life, once the recorder knows its process (run_training): it waits in the pool. Once
+// handed a rank it trains to the end and returns the run's exit code; else it returns 0 when the
+// trainers end the run (or none is left). While it waits it keeps a heartbeat as a trainer does
+// (hang_watch.hpp, under its key), so a frozen spare is ended by a process of its host and dropped
+// from the pool by the next repair, instead of holding every repair's agreement for ever.
+int run_spare(SparePool& pool, const Options& o) {
+  std::optional<HangWatch> heartbeat;
+  if (o.kill_mode == KillMode::Signal) heartbeat.emplace(hang_job_key(o.out), pool.my_key(), o.failure_timeout);
+  for (;;) {
+    SparePlan plan;
+    try {
+      plan = spare_plan_from_text(pool.exchange(""));
+    } catch (const PeerFailure&) {
+      // A death somewhere in the job: every member of the pool repairs it together, in as many
+      // passes as the trainers make: a death during the repair (after the shrink) fails the next
+      // collective here too, and the trainers start another pass.
+      for (;;) {
+        try {
+          pool.repair();
+          break;
+        } catch (const PeerFailure&) {
+        }
+      }
+      if (!pool.any_trainer()) return 0;  // the job is over: nobody is left to hand this spare a rank
+      continue;
+    }
+    if (plan.end) return 0;
+    std::unique_ptr<Comm> group = pool.regroup(plan.assign);
+    if (!group) continue;
+    // This spare now holds a logical rank: it joins as a replacement process does, and beats under
+    // that rank from now on (TrainingRun's watch).
+    heartbeat.reset();
+    return train_replacement(plan.join, pool.my_key(), std::move(group), &pool);
+  }
+}
+
+
 }  // namespace
 
 int run_training(Options o, Comm& world) {

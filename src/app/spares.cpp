@@ -2,15 +2,11 @@
 
 #include <algorithm>
 #include <map>
-#include <optional>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "fault.hpp"
-#include "hang_watch.hpp"
 #include "run.hpp"
-#include "training_run.hpp"
 
 namespace ntp {
 
@@ -137,38 +133,6 @@ std::vector<std::pair<int, int>> SparePool::choose(const std::vector<int>& ranks
 
 bool SparePool::any_trainer() const {
   return std::any_of(keys_.begin(), keys_.end(), [&](int k) { return k < trainers_; });
-}
-
-int run_spare(SparePool& pool, const Options& o) {
-  std::optional<HangWatch> heartbeat;
-  if (o.kill_mode == KillMode::Signal) heartbeat.emplace(hang_job_key(o.out), pool.my_key(), o.failure_timeout);
-  for (;;) {
-    nlohmann::json plan;
-    try {
-      plan = nlohmann::json::parse(pool.exchange(""));
-    } catch (const PeerFailure&) {
-      // A death somewhere in the job: every member of the pool repairs it together, in as many
-      // passes as the trainers make: a death during the repair (after the shrink) fails the next
-      // collective here too, and the trainers start another pass.
-      for (;;) {
-        try {
-          pool.repair();
-          break;
-        } catch (const PeerFailure&) {
-        }
-      }
-      if (!pool.any_trainer()) return 0;  // the job is over: nobody is left to hand this spare a rank
-      continue;
-    }
-    if (plan.at("kind") == "end") return 0;
-    const auto assign = plan.at("assign").get<std::vector<std::pair<int, int>>>();
-    std::unique_ptr<Comm> group = pool.regroup(assign);
-    if (!group) continue;
-    // This spare now holds a logical rank: it joins as a replacement process does, and beats under
-    // that rank from now on (TrainingRun's watch).
-    heartbeat.reset();
-    return train_replacement(join_message_from_json(plan.at("join")), pool.my_key(), std::move(group), &pool);
-  }
 }
 
 }  // namespace ntp

@@ -73,11 +73,5 @@ class SparePool {
   std::vector<int> keys_;  // every live member's key, in pool order
 };
 
-// A spare's life, once the recorder knows its process (run_training): it waits in the pool. Once
-// handed a rank it trains to the end and returns the run's exit code; else it returns 0 when the
-// trainers end the run (or none is left). While it waits it keeps a heartbeat as a trainer does
-// (hang_watch.hpp, under its key), so a frozen spare is ended by a process of its host and dropped
-// from the pool by the next repair, instead of holding every repair's agreement for ever.
-int run_spare(SparePool& pool, const Options& o);
 
 }  // namespace ntp

@@ -314,7 +314,7 @@ void TrainingRun::run_step(int s, double recovery_seconds) {
           throw NoProgress(fmt::format("step {}: the loss or the gradient norm is not finite; no parameter was "
                                        "updated (--on-nonfinite skip would skip such steps)",
                                        s),
-                           4);
+                           ExitCode::NonFinite);
         ++skipped_steps_;
         return;
       }

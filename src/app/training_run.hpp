@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exit_codes.hpp"
 #include "machine.hpp"
 #include "membership.hpp"
 #include "paced_machine.hpp"
@@ -49,11 +50,20 @@ struct JoinMessage {
   double probe_base = 0;           // ... and the job's healthy probe time (StragglerWatch::measure_probe_base)
 };
 
+// What the trainers tell the spares waiting in the pool (SparePool::exchange): take these ranks,
+// joining as `join` says, or the run is over and they may leave.
+struct SparePlan {
+  bool end = false;
+  std::vector<std::pair<int, int>> assign;  // (spare key, logical rank)
+  JoinMessage join;
+};
+
 // Real failures left no replica able to train and no revival still scheduled would let one train
 // again: the run cannot go on.
 // Also thrown, with exit code 4, for a non-finite loss or gradient norm under --on-nonfinite stop.
 struct NoProgress : std::runtime_error {
-  explicit NoProgress(const std::string& what, int code = 3) : std::runtime_error(what), exit_code(code) {}
+  explicit NoProgress(const std::string& what, ExitCode code = ExitCode::NoReplica)
+      : std::runtime_error(what), exit_code(ntp::code(code)) {}
   int exit_code;
 };
 
@@ -191,6 +201,8 @@ class TrainingRun {
 std::string broadcast_string(Comm& c, std::string s);
 nlohmann::json to_json(const JoinMessage& m);
 JoinMessage join_message_from_json(const nlohmann::json& j);
+std::string to_text(const SparePlan& plan);
+SparePlan spare_plan_from_text(const std::string& text);
 // A process that takes over logical rank `logical_rank` (spawned, or a spare): the survivors'
 // state from `m` over `group`, healed, then the steps to the end. Returns the exit code.
 int train_replacement(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, SparePool* spares);

@@ -3,8 +3,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpt_model.hpp"
-#include "llama_model.hpp"
 
 namespace ntp {
 
@@ -103,14 +101,6 @@ double Model::sum_losses(const float* losses, int BT) {
   double sum = 0.0;
   for (int i = 0; i < BT; ++i) sum += host_losses_[i];
   return sum;
-}
-
-std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank,
-                                  Comm& tp_comm, int max_batch, int seq, const StageRange* stage, int in_flight) {
-  const StageRange s = stage ? *stage : StageRange::whole(m);
-  if (m.family == Family::Llama)
-    return std::make_unique<LlamaModel>(backend, m, tp, tp_rank, tp_comm, max_batch, seq, s, in_flight);
-  return std::make_unique<GptModel>(backend, m, tp, tp_rank, tp_comm, max_batch, seq, s, in_flight);
 }
 
 }  // namespace ntp

@@ -2,7 +2,7 @@
 // A decoder-only model on one rank of a tensor-parallel group: what every family shares (the
 // parameter and gradient arenas laid out by ParamLayout, the TP group, the token buffers, the
 // clocks) and the step interface the trainer drives. GptModel and LlamaModel implement the
-// forward and backward; make_model picks one by ModelConfig::family.
+// forward and backward; make_model (make_model.hpp) picks one by ModelConfig::family.
 #include <cstddef>
 #include <memory>
 #include <utility>
@@ -137,11 +137,5 @@ class Model {
   } slots_;
   std::vector<float> host_losses_;
 };
-
-// The model of m.family on this rank (arguments as Model's constructor; by default the whole
-// model, one micro-batch at a time).
-std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_rank,
-                                  Comm& tp_comm, int max_batch, int seq, const StageRange* stage = nullptr,
-                                  int in_flight = 1);
 
 }  // namespace ntp

@@ -9,9 +9,11 @@
 #include <string>
 #include <thread>
 
+#include "exit_codes.hpp"
+
 namespace ntp {
 
-inline constexpr int kHangExitCode = 5;
+inline constexpr int kHangExitCode = code(ExitCode::Hung);
 
 class Watchdog {
  public:

@@ -400,4 +400,28 @@ void copy_field(const OptionSpec& s, const Options& from, Options& to) {
   set_field_value(s, to, field_value(s, from));
 }
 
+nlohmann::json to_json(const Options& o) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const OptionSpec& s : option_table())
+    if (!s.key.empty()) j[nlohmann::json::json_pointer("/" + s.key)] = field_value(s, o);
+  return j;
+}
+
+Options options_from_json(const nlohmann::json& j) {
+  Options o;
+  for (const OptionSpec& s : option_table()) {
+    if (s.key.empty()) continue;
+    const nlohmann::json::json_pointer at("/" + s.key);
+    if (j.contains(at))
+      set_field_value(s, o, j.at(at));
+    else if (s.missing == Missing::Legacy)
+      set_field_value(s, o, s.legacy);
+    else if (s.missing == Missing::Required)
+      throw std::invalid_argument("the recorded configuration has no '" + s.key + "'");
+    // Missing::Default: o already holds today's default.
+  }
+  o.pacing.enabled = o.timing == Timing::Paced;
+  return o;
+}
+
 }  // namespace ntp

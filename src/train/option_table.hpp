@@ -69,4 +69,9 @@ void set_field_value(const OptionSpec& s, Options& o, const nlohmann::json& v);
 // Copies the field's value from `from` into `to`.
 void copy_field(const OptionSpec& s, const Options& from, Options& to);
 
+// A run's options as their JSON record (the results file's `config` attribute, the join message,
+// --replay), and back: every option of option_table(), at its key.
+nlohmann::json to_json(const Options& o);
+Options options_from_json(const nlohmann::json& j);
+
 }  // namespace ntp

@@ -7,8 +7,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "choices.hpp"
 #include "machine_profile.hpp"
 #include "model_config.hpp"
@@ -62,6 +60,10 @@ struct Options {
   int spares_per_host = 0;
   int spare_hosts = 0;
   SpareUse spare_use = SpareUse::Revive;
+  // The takeover rule, named once: spares take a dead rank over in the repair of its death.
+  bool spares_take_over_deaths() const {
+    return spare_use == SpareUse::Takeover && (spares_per_host > 0 || spare_hosts > 0);
+  }
   Timing timing = Timing::Wall;
   // Paced timing's emulated machine (timing/machine_profile.hpp; custom: the rates in `pacing` as
   // given), the factor every rate is slowed by ("auto" until calibrated at start-up, then the
@@ -90,8 +92,6 @@ struct Options {
 // Sequences one replica takes per step at full strength.
 inline int replica_batch(const Options& o) { return o.micro_batch * o.micro_batches; }
 
-nlohmann::json to_json(const Options& o);
-Options options_from_json(const nlohmann::json& j);
 
 // The rates each paced rank emulates: --machine's profile (or --machine custom's flags) divided by
 // the time scale `scale`, with --emulate-shape's charge (pacer.hpp ShapeCharge).

@@ -1,8 +1,5 @@
 #include "trainer.hpp"
 
-#include "machine_profile.hpp"
-
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "comm_staged.hpp"
+#include "machine_profile.hpp"
+#include "make_model.hpp"
 #include "ntp_layout.hpp"
 #include "rebalance.hpp"
 

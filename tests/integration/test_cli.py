@@ -117,6 +117,17 @@ def test_help_explains_every_flag():
         assert flag in p.stdout, flag
 
 
+def test_exit_codes_are_one_table_in_help_and_readme():
+    """--help's footer and README's table list the same codes (src/timing/exit_codes.hpp)."""
+    import re
+    from conftest import ROOT
+    footer = ntpbench(1, "--help").stdout.split("Exit codes:")[1]
+    in_help = [int(c) for c in re.findall(r"(?:^|; )(\d+) ", " ".join(footer.split()))]
+    text = (ROOT / "README.md").read_text()
+    in_readme = [int(c) for c in re.findall(r"^\| (\d+) \|", text, re.M)]
+    assert in_help == in_readme == [0, 1, 2, 3, 4, 5, 130], (in_help, in_readme)
+
+
 def test_config_file_sets_flags(tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text('preset = "tiny"\nsteps = 3\ntp = 2\nmicro-batch = 2\n')
