@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "checkpoint.hpp"
+#include "make_model.hpp"
 #include "model.hpp"
 #include "self_comm.hpp"
 #include "temp_file.hpp"
