@@ -231,6 +231,7 @@ int train_from_start(const Options& o, Comm& group, Schedule schedule, std::vect
   run.start_clock();
   return run.train(1);
 }
+
 // A spare's life, once the recorder knows its process (run_training): it waits in the pool. Once
 // handed a rank it trains to the end and returns the run's exit code; else it returns 0 when the
 // trainers end the run (or none is left). While it waits it keeps a heartbeat as a trainer does
@@ -266,7 +267,6 @@ int run_spare(SparePool& pool, const Options& o) {
     return train_replacement(plan.join, pool.my_key(), std::move(group), &pool);
   }
 }
-
 
 }  // namespace
 
