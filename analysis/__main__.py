@@ -142,10 +142,10 @@ def _add_simulate(sub) -> None:
                         "gives (the gradients regrouped between degrees; analysis/damaged_step.py); default 0, "
                         "the paper's model, or what --damaged-from measures")
     g.add_argument("--damaged-from", nargs="+", metavar="RUN.h5",
-                   help="take --damaged-excess from paced ntpbench runs under ntp or ntp-pw: each damaged row's "
-                        "step over its compute alone, minus 1, carried to this job by tokens per replica step and by the "
-                        "machines' FLOP/s over scale-up bandwidth (the excess falls as tokens grow: bench/README.md, "
-                        "Figure 8); the median over the rows")
+                   help="take --damaged-excess from paced ntpbench runs under ntp or ntp-pw: each damaged "
+                        "configuration's seconds beyond compute alone (parameter-sized), over one GPU's pure compute "
+                        "of the run's emulated shape at --tokens-per-replica, times this machine's FLOP/s over "
+                        "scale-up bandwidth over the run's (analysis/damaged_step.py); the median over the rows")
     g.add_argument("--tokens-per-replica", type=float, default=None, metavar="N",
                    help="tokens each replica trains per step, for --damaged-from (default: the paper's 16M-token "
                         "batch over the cluster's replicas)")

@@ -186,18 +186,17 @@ def damaged_excess(args, replicas: int) -> float | None:
     """--damaged-excess, or what --damaged-from's runs measured, carried to the simulated job, or 0;
     None after an error message.
 
-    A run's excess (analysis/damaged_step.py) is time parameter-sized (a GPU's share of the gradients,
-    P / G bytes, regrouped over the scale-up link) over time token-sized (its compute, 6 P / G FLOPs per
-    token of its replica's step): bytes x FLOP/s / (6 x link x tokens per replica step), the model's
-    size P and the replica's GPUs G cancelling. So a run's excess is carried to the simulated job by the
-    ratio of tokens per replica step (run: its own; job: --tokens-per-replica) and of the machines' bf16
-    FLOP/s over scale-up bandwidth (run: its paced machine; job: --machine)."""
+    A run's excess (analysis/damaged_step.py) is seconds parameter-sized (a GPU's share of the
+    gradients regrouped over the scale-up link), the job's step compute: carried_excess divides the
+    excess's seconds by the run's pure compute at the job's tokens per replica step
+    (--tokens-per-replica) and scales by the machines' FLOP/s over scale-up bandwidth (run: its paced
+    machine; job: --machine's bf16)."""
     if args.damaged_from is None:
         return 0.0 if args.damaged_excess is None else args.damaged_excess
     if args.damaged_excess is not None:
         print("error: give --damaged-excess or --damaged-from, not both", file=sys.stderr)
         return None
-    from ..damaged_step import damaged_steps, tokens_per_replica_step
+    from ..damaged_step import carried_excess, damaged_steps, tokens_per_replica_step
     from ..runfile import SchemaError, load_run
     try:
         job = load_profile(args.machine, args.machines_dir)
@@ -206,23 +205,22 @@ def damaged_excess(args, replicas: int) -> float | None:
         return None
     carried, rows = [], []
     tokens = args.tokens_per_replica or 16 * 2**20 / replicas
+    job_ratio = job.bf16_tflops * 1e3 / job.scale_up_gbps
     print(f"damaged steps (analysis/damaged_step.py), carried to {tokens:.6g} tokens per replica step on {job.name}:")
     for path in args.damaged_from:
         try:
             run = load_run(path)
-            pm = run.attrs.get("paced_machine")
-            machine = (json.loads(pm) if isinstance(pm, str) else pm or {}).get("machine", "custom")
-            prof = load_profile(machine, args.machines_dir)
-        except (OSError, SchemaError, ProfileError, ValueError) as e:
+            mine = tokens_per_replica_step(run)
+            steps = damaged_steps(run)
+            shares = [carried_excess(run, d, tokens, job_ratio) for d in steps]
+        except (OSError, SchemaError, ValueError, KeyError) as e:
             print(f"error: {path}: {e}", file=sys.stderr)
             return None
-        mine = tokens_per_replica_step(run)
-        factor = (mine / tokens) * ((job.bf16_tflops / job.scale_up_gbps) / (prof.bf16_tflops / prof.scale_up_gbps))
-        for d in damaged_steps(run):
-            print(f"  {path}: TP {list(d.degrees)}, {d.rows} rows, {mine:g} tokens per replica step on {prof.name}: step "
-                  f"{d.measured:.3f} of a healthy one, {d.compute:.3f} by compute alone, excess {d.excess:+.3f}; "
-                  f"x{factor:.3g} -> {d.excess * factor:+.4f}")
-            carried.append(max(0.0, d.excess) * factor)
+        for d, share in zip(steps, shares):
+            print(f"  {path}: TP {list(d.degrees)}, {d.rows} rows, {mine:g} tokens per replica step: step {d.measured:.3f} "
+                  f"of a healthy one, {d.compute:.3f} by compute alone, excess {d.excess:+.3f} "
+                  f"({d.excess_seconds * 1e3:.3g} ms) -> {share:+.4f}")
+            carried.append(share)
             rows.append(d.rows)
     if not carried:
         print("error: --damaged-from: no run under ntp or ntp-pw with damaged and healthy rows", file=sys.stderr)

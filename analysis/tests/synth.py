@@ -358,6 +358,7 @@ def write_paced_run(path, *, policy="ntp", kill_step=3, revive_step=6, steps=10,
            "timing": "paced", "spares": {"hosts": 0, "per_host": 0, "use": "revive"}, "failure_timeout": 10.0,
            "pacing": {"machine": machine, "emulate_shape": "gpt2-medium", "time_scale": "64"}}
     paced = {"machine": machine, "time_scale": 64.0, "emulate_shape": "gpt2-medium", "scale_out_gbps": 25 / 64,
+             "device_gflops": 312e3 / 64, "scale_up_gbps": 300 / 64,
              "latency_us": 5 * 64, "charge": {"parameter_bytes": PACED_RATIO},
              "recovery": {k: {"value": v, "source": "synthetic"} for k, v in A100.items()} | {"machine": "dgx-a100"}}
     with h5py.File(path, "w") as f:

@@ -29,6 +29,7 @@ def test_the_excess_is_the_step_over_its_compute_alone(runs):
     assert [s.degrees for s in steps] == [(2, 1)]
     (s,) = steps
     assert s.compute == 1.0
+    assert s.excess_seconds == pytest.approx(synth.PACED_DAMAGED_S - synth.PACED_HEALTHY_S, rel=0.02)
     assert s.measured == pytest.approx(synth.PACED_DAMAGED_S / synth.PACED_HEALTHY_S, rel=0.01)
     assert s.excess == pytest.approx(synth.PACED_DAMAGED_S / synth.PACED_HEALTHY_S - 1, rel=0.02)
     # dp-drop trains no damaged replica: nothing to measure.
@@ -57,19 +58,30 @@ def test_simulate_carries_the_excess_to_the_cluster(runs, capsys, tmp_path):
             "--trials", "4", "--points", "1", "--machine", "dgx-a100", "--out", str(tmp_path)]
     assert cli(base) == 0
     plain = fig6_ntp_loss(capsys.readouterr().out)
-    # The run's own batch (4 x 32 tokens per replica step) on its own machine: carried as measured.
+    # The run's own batch (4 x 32 tokens per replica step) on its own machine: the damaged step's extra
+    # seconds over one GPU's pure compute of the emulated gpt2-medium (354,823,168 parameters over TP 2,
+    # 6 FLOPs each per token, at the A100's 312 TFLOP/s).
     with h5py.File(runs["ntp"]) as f:
         tokens = json.loads(f.attrs["config"])["micro_batch"] * 32
     assert cli(base + ["--damaged-from", runs["ntp"], "--tokens-per-replica", str(tokens)]) == 0
     out = capsys.readouterr().out
-    excess = synth.PACED_DAMAGED_S / synth.PACED_HEALTHY_S - 1
+    extra = synth.PACED_DAMAGED_S - synth.PACED_HEALTHY_S
+    compute = 6 * 354_823_168 / 2 * tokens / 312e12
     carried = float(out.split("-> --damaged-excess ")[1].split()[0])
-    assert carried == pytest.approx(excess, rel=0.02)
-    assert fig6_ntp_loss(out) > plain + 10  # every step with a damaged replica lasts 1.85x
-    # 64 times the tokens per replica step: 1/64 of the excess.
+    assert carried == pytest.approx(extra / compute, rel=0.02)
+    assert fig6_ntp_loss(out) > plain + 10  # every step with a damaged replica lasts much longer
+    # 64 times the tokens per replica step: 1/64 of the share (the extra seconds stay, the step grows).
     assert cli(base + ["--damaged-from", runs["ntp"], "--tokens-per-replica", str(64 * tokens)]) == 0
     out = capsys.readouterr().out
-    assert float(out.split("-> --damaged-excess ")[1].split()[0]) == pytest.approx(excess / 64, rel=0.02)
+    assert float(out.split("-> --damaged-excess ")[1].split()[0]) == pytest.approx(extra / compute / 64, rel=0.02)
+    # On a machine with 2.67x the FLOP/s over scale-up bandwidth (gb200-nvl72: 2,500 over 900; the A100:
+    # 312 over 300), 2.67x the share.
+    assert cli([*base[:-4], "--machine", "gb200-nvl72", "--out", str(tmp_path), "--damaged-from", runs["ntp"],
+                "--tokens-per-replica", str(64 * tokens)]) == 0
+    out = capsys.readouterr().out
+    ratio = (2500 / 900) / (312 / 300)
+    assert float(out.split("-> --damaged-excess ")[1].split()[0]) == pytest.approx(extra / compute / 64 * ratio,
+                                                                                 rel=0.02)
     # A run with nothing to measure is refused.
     assert cli(base + ["--damaged-from", runs["dp-drop"]]) == 2
     assert cli(base + ["--damaged-from", runs["ntp"], "--damaged-excess", "0.1"]) == 2
