@@ -20,7 +20,7 @@ import sys
 import pandas as pd
 
 from . import metrics
-from .runfile import SUMMARY_KEYS, Run, load_or_say
+from .runfile import SUMMARY_KEYS, Run, load_or_say, paced_machine
 
 # Keys that differ between any two runs of one comparison and say nothing about its fairness.
 IGNORED_KEYS = ("policy", "out")
@@ -66,7 +66,7 @@ def _models(runs: list[Run]) -> list[str]:
 def _machine(run: Run) -> str:
     """The emulated machine of a paced run (its clock: the time scale does not matter), else '-'."""
     try:
-        return str(json.loads(run.attrs.get("paced_machine", "{}") or "{}").get("machine", "-"))
+        return str(paced_machine(run).get("machine", "-"))
     except (TypeError, ValueError):
         return "-"
 

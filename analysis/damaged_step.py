@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .runfile import HEALTHY
+from .runfile import HEALTHY, paced_machine
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,8 @@ def compute_seconds(run, tokens: float) -> float:
     """One GPU's pure compute for `tokens` per replica step on the run's (emulated) device: 6 FLOPs per
     parameter per token of its share of the emulated shape's parameters (the model's own without
     --emulate-shape), at the device's rate (paced_machine: device_gflops x time_scale)."""
-    import json
-
     from .simulate import shards
-    pm = run.attrs.get("paced_machine")
-    m = json.loads(pm) if isinstance(pm, str) else (pm or {})
+    m = paced_machine(run)
     shape = str(m.get("emulate_shape") or "none")
     model = shards.Model.preset(shape) if shape != "none" else shards.Model.from_config(run.config)
     per_gpu = shards.parameter_count(model) / (run.tp * run.pp)
@@ -112,8 +109,6 @@ def carried_excess(run, step: DamagedStep, tokens: float, flops_over_link: float
     parameter per token), so with P parameters over G GPUs per replica both sides scale as P / G and
     the share is excess_seconds / compute_seconds(run, tokens) x (the job's FLOP/s over link) / (the
     run's)."""
-    pm = run.attrs.get("paced_machine")
-    import json
-    m = json.loads(pm) if isinstance(pm, str) else (pm or {})
+    m = paced_machine(run)
     mine = float(m["device_gflops"]) / float(m["scale_up_gbps"])
     return max(0.0, step.excess_seconds) / compute_seconds(run, tokens) * flops_over_link / mine

@@ -7,11 +7,10 @@ phases (mean over ranks, median over steps) are at most what the links can take 
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
-from .runfile import load_or_say, paced_status
+from .runfile import load_or_say, paced_machine, paced_status
 
 COMM_PHASES = ("tp_comm", "dp_comm", "pp_comm")
 
@@ -20,7 +19,7 @@ def figures(run) -> dict:
     s = run.steps
     # This host's seconds: what pacing makes of them is the question, and the phases are on this clock.
     dt = (s["host_t_end"] - s["host_t_start"]).to_numpy(dtype=float)
-    machine = json.loads(run.attrs.get("paced_machine", "{}") or "{}")
+    machine = paced_machine(run)
     phases = run.phase_times  # [steps, ranks, phases]
     names = list(run.phases)
     comm = sum(phases[:, :, names.index(p)] for p in COMM_PHASES if p in names)

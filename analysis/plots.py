@@ -27,7 +27,6 @@ others out.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import textwrap
@@ -43,7 +42,7 @@ import pandas as pd  # noqa: E402
 from . import metrics  # noqa: E402
 from .compare import comparability_problems  # noqa: E402
 from .report import rank_ranges  # noqa: E402
-from .runfile import Run, SchemaError, load_run, paced_status  # noqa: E402
+from .runfile import Run, SchemaError, load_run, paced_machine, paced_status  # noqa: E402
 
 PHASE_COLORS = {"forward": "#4C72B0", "backward": "#55A868", "tp_comm": "#C44E52", "dp_comm": "#8172B2",
                 "pp_comm": "#937860", "reshard": "#CCB974", "optimizer": "#64B5CD", "recovery": "#E17C05", "revival": "#B07AA1", "idle": "#BBBBBB",
@@ -70,7 +69,7 @@ def clock_label(run: Run) -> str:
     if (run.summary or {}).get("clock") != "emulated":
         return f"{run.attrs.get('timing', '?')} timing"
     try:
-        m = json.loads(run.attrs.get("paced_machine", "{}") or "{}")
+        m = paced_machine(run)
     except (TypeError, ValueError):
         m = {}
     return f"emulated {m.get('machine', '?')} (its clock; run {m.get('time_scale', 0):g}x slowed here)"

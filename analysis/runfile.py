@@ -145,6 +145,12 @@ class Run:
         return (self.steps["t_end"] - self.steps["t_start"]).to_numpy(dtype=float)
 
 
+def paced_machine(run) -> dict:
+    """The root attribute `paced_machine` as a dict ({} for a run under wall timing)."""
+    pm = run.attrs.get("paced_machine")
+    return json.loads(pm) if isinstance(pm, str) and pm else dict(pm or {})
+
+
 def _read_table(f: h5py.File, path: Any, name: str, required: tuple | list, why: str = "") -> pd.DataFrame:
     """A compound dataset as a DataFrame; SchemaError naming the fields it lacks."""
     raw = f[name][()]

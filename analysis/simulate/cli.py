@@ -3,7 +3,6 @@ writes the CSVs and plots."""
 from __future__ import annotations
 
 import os
-import json
 import sys
 import textwrap
 from dataclasses import replace
