@@ -298,12 +298,23 @@ class _Replay:
                 self.out.charge("repair", self.rec["repair"])
                 for r, _, _ in kills:
                     self.alive[r] = False
-                self.reconfigure(death=True)
-                if f.spares and f.spare_use == "takeover":
+                if f.spares and f.spare_use == "takeover" and f.policy != "restart":
+                    # Spares take the dead ranks over at once (real_failures.cpp, reconfigure_survivors):
+                    # the survivors forget the lost shards without a reconfiguration of their own, and the
+                    # handover's one reconfiguration heals the spares in.
+                    self.out.charge("detect", self.rec["detect"])
+                    self.cfg = self.plan()
                     self.out.charge("takeover", self.rec["takeover"])
                     for r, _, _ in kills:
                         self.alive[r] = True
                     self.reconfigure(death=False)
+                else:
+                    self.reconfigure(death=True)
+                    if f.spares and f.spare_use == "takeover":
+                        self.out.charge("takeover", self.rec["takeover"])
+                        for r, _, _ in kills:
+                            self.alive[r] = True
+                        self.reconfigure(death=False)
         elif kills or back:  # fence: one reconfiguration for the step's deaths and revivals
             for r, _, _ in kills:
                 self.alive[r] = False

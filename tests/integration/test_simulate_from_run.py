@@ -77,3 +77,21 @@ def test_cli_verdict_and_negative_controls(runs, tmp_path):
             f["summary"].attrs[k] = f["summary"].attrs[k] * 1.03
     bad = simulate(doctored)
     assert bad.returncode == 1 and "MISMATCH" in bad.stdout, bad.stdout + bad.stderr
+
+
+@needs_ulfm
+def test_a_takeover_is_predicted_as_one_reconfiguration(tmp_path):
+    """Spares taking a death over at once (--spare-use takeover): the survivors forget the lost shards,
+    the handover reconfigures once and heals the spare in; the model charges the same, with the run's
+    own figures (--takeover-s, --detect-s) as its input."""
+    sched = schedule(tmp_path, "events:\n  - {step: 3, kill: [3]}\n  - {step: 6, revive: [3]}\n")
+    out = tmp_path / "takeover.h5"
+    ntpbench(5, "--preset", "tiny", "--tp", 2, "--timing", "paced", "--machine", "dgx-a100", "--emulate-shape",
+             "gpt2-medium", "--time-scale", 64, "--steps", 8, "--schedule", sched, "--policy", "ntp",
+             "--spares-per-host", 1, "--spare-use", "takeover", "--takeover-s", 7, "--detect-s", 1, "--out", out,
+             "--quiet")
+    run = load_run(str(out))
+    f, p = predict(run)
+    assert p.ettr == pytest.approx(run.summary["ettr"], rel=0.02), (p.parts, run.summary)
+    assert p.moved_bytes == run.summary["heal_bytes"]          # one heal: the spare's shard
+    assert p.parts["reconfigure"] == 2 and p.parts["takeover"] == 7 and p.parts["detect"] == 1
