@@ -18,6 +18,8 @@ What the model takes from the run, and what it computes:
 
     death (signal)   detect + repair + reconfigure + heal     (fence: detect + reconfigure + heal)
     revival          replace (spares: takeover) + reconfigure + heal     (fence: reconfigure + heal)
+    takeover         --spare-use takeover (not restart): a death is detect + repair + takeover + one
+                     reconfigure + the spare's heal (the survivors forget the lost shards; no shrink of their own)
     heal             latency_us 1e-6 + b_max x r / (scale_out_gbps 1e9)
                      b_max: the most bytes a rank sends or receives, its link the bottleneck (12 per
                      parameter of the units moved, shards.heal_traffic), r: the emulated shape's parameter bytes over the model's
