@@ -55,7 +55,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps apt-deps py-deps build test test-system test-cluster bad-input readme-examples test-sanitize fuzz demo readme-demo clean help bench bench-blas-core bench-vs-pytorch bench-paced bench-bestblas bench-spares bench-reshard
+.PHONY: all deps apt-deps py-deps build test test-system test-cluster bad-input readme-examples test-sanitize fuzz demo readme-demo clean help bench bench-blas-core bench-vs-pytorch bench-paced bench-bestblas bench-spares bench-reshard bench-scale
 
 all: build
 
@@ -73,6 +73,7 @@ help:
 	@echo "make bench-blas-core  the step and SGEMM under ntpbench's BLAS core, the library's own choice, and Prescott (SSE3)"
 	@echo "make bench-paced  paced timing's machine independence: the demo's configuration alone, beside a busy core, with free links"
 	@echo "make bench-spares  a spare takeover against a spawned revival in one run, and heal bandwidth against memcpy"
+	@echo "make bench-scale   8 to 256 ranks on this host (SCALE_RANKS), one real death and revival each: start-up, memory per rank, recorder, repair, heal, spawn, and each one's fitted growth (CPU-only build in build-cpu/)"
 	@echo "make bench-reshard the NTP sync on emulated DGX links, and the reshard's slowdown of the backward (Figure 8)"
 	@echo "make demo    deps + build, then the embedded default: $(RANKS) ranks of small, one failure, every policy; table and plots"
 	@echo "make readme-demo  rewrite the README's \`make demo\` block from the last demo's results/demo/report.txt and replay.txt"
@@ -231,7 +232,8 @@ chaos: build py-deps
 # (AGREES) and keep every rank's memory and open descriptors flat (python -m analysis soak, which
 # also checks the file holds every step and /summary); mpirun must exit 0. Under real kills every
 # replacement is a new process, and Open MPI keeps state and a connection on every survivor for
-# each one: bench/ulfm_respawn_cost measures that share first, with nothing of ntpbench in it, and
+# each one: bench/ulfm_respawn_cost measures that share first, with nothing of ntpbench in it (a
+# second time if the first fails: Open MPI's spawn can hang; both failures print), and
 # the runs are judged on their growth beyond it (analysis/soak.py; the raw growth is printed too).
 # CI runs shorter variants of both modes (.ci/run). Nothing may be left in /dev/shm that no live process maps
 # (tests/shm_left.py).
@@ -248,8 +250,14 @@ soak: build py-deps
 	@mkdir -p $(SOAK_OUT); fail=0; cost=; $(PY) tests/shm_left.py snapshot $(SOAK_OUT)/shm-before.txt; \
 	if [ "$(SOAK_KILL_MODE)" = signal ]; then \
 	  echo "== soak: what Open MPI itself keeps per replaced process (bench/ulfm_respawn_cost, $(RANKS) ranks)"; \
-	  if tests/timeout_with_stacks.sh 300 $(MPIRUN) -np $(RANKS) $(BUILD)/bench/ulfm_respawn_cost --cycles 30 --timeout 240 \
-	      --json $(SOAK_LIBRARY_COST) 2> $(SOAK_OUT)/library-cost.log; then cost="--library-cost $(SOAK_LIBRARY_COST)"; \
+	  for try in 1 2; do \
+	    tests/timeout_with_stacks.sh 300 $(MPIRUN) -np $(RANKS) $(BUILD)/bench/ulfm_respawn_cost --cycles 30 --timeout 240 \
+	      --json $(SOAK_LIBRARY_COST) 2> $(SOAK_OUT)/library-cost.log; cost_rc=$$?; \
+	    [ $$cost_rc -ne 0 ] && [ $$try -eq 1 ] || break; \
+	    echo "soak: ulfm_respawn_cost exited $$cost_rc (a measurement of Open MPI, whose spawn can hang); measuring once more. The end of its stderr:"; \
+	    tail -n 12 $(SOAK_OUT)/library-cost.log; \
+	  done; \
+	  if [ $$cost_rc -eq 0 ]; then cost="--library-cost $(SOAK_LIBRARY_COST)"; \
 	  else echo "soak: ulfm_respawn_cost failed; runs are judged on their raw growth. The end of its stderr ($(SOAK_OUT)/library-cost.log):"; \
 	    tail -n 40 $(SOAK_OUT)/library-cost.log; fail=1; fi; \
 	fi; \
@@ -264,6 +272,9 @@ soak: build py-deps
 	done; \
 	$(PY) -m analysis soak $$cost $(DEMO_POLICIES:%=$(SOAK_OUT)/%.h5) || fail=1; \
 	$(PY) tests/shm_left.py check $(SOAK_OUT)/shm-before.txt || fail=1; \
+	if [ -n "$${cost_rc:-}" ] && [ "$$cost_rc" -ne 0 ]; then \
+	  echo "soak: FAIL: the MPI library's share was not measured (ulfm_respawn_cost exit $$cost_rc), so the growth above is raw; the end of its stderr:"; \
+	  tail -n 12 $(SOAK_OUT)/library-cost.log; fi; \
 	exit $$fail
 
 # Stragglers (docs/stragglers.md): 8 ranks of `small` (TP 4 x DP 2, B = 8) under paced timing,
@@ -338,6 +349,15 @@ bench-spares: build py-deps
 	  --kill-mode signal --spares-per-host 3 --spare-use takeover --schedule jobs/schedules/spares-vs-spawn.yaml \
 	  --overwrite --out $(BENCH_OUT)/spares-vs-spawn.h5
 	$(PY) -m analysis revivals $(BENCH_OUT)/spares-vs-spawn.h5
+
+# ntpbench's own costs against its number of ranks on this host (bench/README.md, "Many ranks"):
+# jobs/local/scale.sh runs each count with one real death and revival and replays it; a build
+# without CUDA (build-cpu/), whose processes do not map cuBLAS (docs/cluster.md).
+SCALE_RANKS ?= 8 16 32 64 128 256
+bench-scale: py-deps
+	$(MAKE) build BUILD=build-cpu CMAKE_FLAGS="-DNTPBENCH_CUDA=OFF -DNTPBENCH_BENCH=OFF"
+	NTPBENCH=build-cpu/ntpbench jobs/local/scale.sh $(BENCH_OUT)/scale $(SCALE_RANKS)
+	$(PY) -m analysis scale $(BENCH_OUT)/scale
 
 # ntpbench's gpt2 step against PyTorch eager's (fused AdamW, flush-denormal), interleaved round by
 # round on one process (bench/vs_pytorch.py; bench/README.md, "Against PyTorch"). PYTORCH_PY: a

@@ -1,4 +1,4 @@
-"""Command line: python3 -m analysis {report,plot,simulate,watch,soak,revivals,stragglers,reshard,paced} ..."""
+"""Command line: python3 -m analysis {report,plot,simulate,watch,soak,revivals,scale,stragglers,reshard,paced} ..."""
 from __future__ import annotations
 
 import argparse
@@ -77,6 +77,17 @@ def _add_revivals(sub) -> None:
                                     "bandwidth against the memory-copy bandwidth measured at the start of the "
                                     "same run; medians per kind. The rule is in analysis/revivals.py.")
     rv.add_argument("runs", nargs="+", metavar="RUN.h5", help="results files written by ntpbench --out")
+
+
+def _add_scale(sub) -> None:
+    sc = sub.add_parser("scale", help="ntpbench's own costs against its number of ranks (make bench-scale)",
+                        description="Per rank count in DIR (jobs/local/scale.sh's N.h5 and N.json): start-up, "
+                                    "memory per rank, the recorder's seconds and file bytes per step, the repair "
+                                    "after one death (notice, revoke + agree + shrink, reconfigure, heal), the "
+                                    "revival (spawn, reconfigure) and the healthy step; then each figure's fitted "
+                                    "growth (constant, log n, n, n^2). Exits 1 when a run or its replay failed. "
+                                    "The rules are in analysis/scale.py.")
+    sc.add_argument("dir", metavar="DIR", help="the folder jobs/local/scale.sh wrote")
 
 
 def _add_stragglers(sub) -> None:
@@ -252,12 +263,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python3 -m analysis",
         description="Reports, plots and the cluster-scale goodput simulator for ntpbench results "
                     "(HDF5 schema 1, see results/README.md).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch,soak,revivals,stragglers,reshard}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{report,plot,simulate,watch,soak,revivals,scale,stragglers,reshard}")
     _add_report(sub)
     _add_plot(sub)
     _add_watch(sub)
     _add_soak(sub)
     _add_revivals(sub)
+    _add_scale(sub)
     _add_stragglers(sub)
     _add_reshard(sub)
     _add_paced(sub)
@@ -273,6 +285,9 @@ def main(argv=None) -> int:
             return compare.main(args)
         from . import report
         return report.main(args)
+    if args.command == "scale":
+        from . import scale
+        return scale.main(args)
     if args.command == "revivals":
         from . import revivals
         return revivals.main(args)

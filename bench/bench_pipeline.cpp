@@ -56,7 +56,8 @@ struct Measured {
 
 // kSteps paced steps at the layout; the median step (max over ranks) and the bubble share of it.
 Measured run_layout(Comm& world, int tp, int pp, int micro_batches) {
-  Trainer t(pipeline_options(tp, pp, micro_batches), world, 1);
+  const Options o = pipeline_options(tp, pp, micro_batches);
+  Trainer t(o, world, 1);
   t.step();  // warm-up
   std::vector<double> step_s, bubble;
   Measured m;

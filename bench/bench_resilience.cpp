@@ -26,8 +26,8 @@
 //   MPI_COMM_WORLD by node inside, so every world rank must build it; other rank counts skip). One warm-up step, then
 //   kHealRounds rounds of: one step (timed), kill one rank (reconfigure with rank 1 dead: both
 //   replicas re-lay out for sync degree t-1, survivors pull the dead rank's shard from the other
-//   replica), revive it (reconfigure with all alive: the empty rank is healed). Recovery.heal is
-//   max over ranks, Recovery.heal_bytes (params + both AdamW moments) summed over ranks; medians
+//   replica), revive it (reconfigure with all alive: the empty rank is healed). Reconfiguration.heal is
+//   max over ranks, Reconfiguration.heal_bytes (params + both AdamW moments) summed over ranks; medians
 //   over rounds. The iteration time is the revival's heal (healing the empty rank's shard); the
 //   ratio heal/step is the target at `small` (<= 1). heal/gpt2 is opt-in
 //   (NTPBENCH_BENCH_GPT2=1 in rank 0's environment; skipped with that message otherwise).
@@ -254,7 +254,7 @@ void register_heal(const HealCase& hc) {
     for (auto _ : st) {
       for (int r = 0; r < hc.rounds; ++r) {  // step, kill and revival interleaved
         step_s.push_back(max_timed(comm, [&] { trainer.step(); }, false));
-        Recovery rec;
+        Reconfiguration rec;
         kill_rec_s.push_back(max_timed(comm, [&] { rec = trainer.reconfigure(one_dead); }, false));
         kill_s.push_back(max_over(comm, rec.heal));
         kill_b.push_back(sum_over(comm, rec.heal_bytes));

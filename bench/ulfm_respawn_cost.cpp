@@ -31,6 +31,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "comm/leave_unfinalized.hpp"
+
 namespace {
 
 struct Sample {
@@ -68,7 +70,7 @@ MPI_Comm returning(MPI_Comm c) {
   return c;
 }
 
-// The library is known to wait for ever in a repair now and then (real_failures, comm_mpi.cpp):
+// The library is known to wait for ever in a repair now and then (recovery/recovery.cpp, comm_mpi.cpp):
 // a process that is still here after the limit ends with a message rather than hang the job.
 void arm_deadline(unsigned seconds) {
   std::signal(SIGALRM, [](int) {
@@ -290,8 +292,9 @@ int main(int argc, char** argv) {
     std::fflush(nullptr);
   }
   // As ntpbench's finish_mpi: after a repair Open MPI 5.0.x can hang in MPI_Finalize, so every
-  // process leaves after a last barrier without it (the launcher's prte_allowed_exit_without_sync).
+  // process leaves after a last barrier without it (the launcher's prte_allowed_exit_without_sync),
+  // but as a finalized client of the launcher, which otherwise may abort the job with exit 1.
   MPI_Barrier(s.comm);
-  std::fflush(nullptr);
+  ntp::leave_launcher();
   std::_Exit(0);
 }

@@ -27,11 +27,15 @@
 #include "kernels/cpu/reference/residual.hpp"
 #include "kernels/cpu/reference/rmsnorm.hpp"
 #include "kernels/cpu/reference/rope.hpp"
+#include "kernels/cpu/reference/moe_dispatch.hpp"
+#include "kernels/cpu/reference/moe_router.hpp"
 #include "kernels/cpu/reference/swiglu.hpp"
 #include "kernels/cpu/reference/zero.hpp"
 #include "kernels/cpu/residual.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
 #include "kernels/cpu/rope.hpp"
+#include "kernels/cpu/moe_dispatch.hpp"
+#include "kernels/cpu/moe_router.hpp"
 #include "kernels/cpu/swiglu.hpp"
 #include "kernels/cpu/zero.hpp"
 #include "kernel_check.hpp"
@@ -393,6 +397,322 @@ TEST(RmsNorm, ReferenceMatchesFiniteDifferences) {
   ntp::ref::rmsnorm_backward(dinp.data(), dw.data(), proj.data(), inp.data(), w.data(), rstd.data(), BT, C);
   EXPECT_LE(fd_err(dinp, numeric_grad(inp, loss)), kFdTol);
   EXPECT_LE(fd_err(dw, numeric_grad(w, loss)), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MoE router: what each token chooses, capacity, the balancing loss, and their gradients.
+struct Routed {
+  std::vector<int> expert;
+  Vec weight, probs;
+  std::vector<char> kept;
+  std::vector<long> per_expert;
+  long dropped = -1;
+  float aux = -1;
+  Routed(long T, int E, int k) : expert(T * k), weight(T * k), probs(T * E), kept(T * k), per_expert(E) {}
+};
+
+template <class Forward>
+Routed route(Forward forward, const Vec& logits, long T, int E, int k, long capacity) {
+  Routed r(T, E, k);
+  forward(logits.data(), T, E, k, capacity, r.expert.data(), r.weight.data(), r.kept.data(), r.probs.data(),
+          r.per_expert.data(), &r.dropped, &r.aux);
+  return r;
+}
+
+TEST(MoeRouter, ForwardBackward) {
+  SEEDED_RNG(rng);
+  for (long T : {1L, 7L, 300L, 2000L})
+    for (int E : {4, 6, 8})
+      for (int k : {1, 2})
+        for (long capacity : {0L, (T * k + E - 1) / E}) {  // no limit; exactly the even share
+          SCOPED_TRACE(shape({T, E, k, capacity}));
+          const Vec logits = rng.vec(T * E, -3.0f, 3.0f);
+          const Routed a = route(ntp::cpu::moe_router_forward, logits, T, E, k, capacity);
+          const Routed b = route(ntp::ref::moe_router_forward, logits, T, E, k, capacity);
+          EXPECT_EQ(a.expert, b.expert);
+          EXPECT_EQ(a.kept, b.kept);
+          EXPECT_EQ(a.per_expert, b.per_expert);
+          EXPECT_EQ(a.dropped, b.dropped);
+          EXPECT_CLOSE(a.weight, b.weight, kTol);
+          EXPECT_CLOSE(a.probs, b.probs, kTol);
+          EXPECT_NEAR(a.aux, b.aux, kTol * std::max(1.0f, b.aux));
+          // What routing means, beside agreeing: weights sum to 1, every assignment is kept or
+          // dropped, no expert takes more than its capacity, and without one nothing is dropped.
+          for (long t = 0; t < T; t++) {
+            float sum = 0;
+            for (int j = 0; j < k; j++) sum += a.weight[t * k + j];
+            EXPECT_NEAR(sum, 1.0f, 1e-5f);
+          }
+          long total = a.dropped;
+          for (int e = 0; e < E; e++) {
+            total += a.per_expert[e];
+            if (capacity > 0) {
+              EXPECT_LE(a.per_expert[e], capacity);
+            }
+          }
+          EXPECT_EQ(total, T * k);
+          if (capacity == 0) {
+            EXPECT_EQ(a.dropped, 0);
+          }
+
+          const Vec dweight = rng.vec(T * k);
+          Vec dz = rng.vec(T * E), dz_ref = dz;
+          ntp::cpu::moe_router_backward(dz.data(), a.probs.data(), a.expert.data(), a.weight.data(), dweight.data(), T, E,
+                                        k, 0.01f);
+          ntp::ref::moe_router_backward(dz_ref.data(), b.probs.data(), b.expert.data(), b.weight.data(),
+                                        dweight.data(), T, E, k, 0.01f);
+          EXPECT_CLOSE(dz, dz_ref, kTol);
+        }
+}
+
+TEST(MoeRouter, BalancingLossByHand) {
+  // One token, two experts, top-1. Equal logits: the lower expert is chosen, f = [1, 0], P = [.5, .5]:
+  // aux = 2 * (1 * 0.5) = 1. Logits [ln 3, 0]: P = [.75, .25], aux = 2 * 0.75 = 1.5.
+  Routed even = route(ntp::ref::moe_router_forward, Vec{0.0f, 0.0f}, 1, 2, 1, 0);
+  EXPECT_EQ(even.expert[0], 0);
+  EXPECT_FLOAT_EQ(even.aux, 1.0f);
+  Routed skew = route(ntp::ref::moe_router_forward, Vec{std::log(3.0f), 0.0f}, 1, 2, 1, 0);
+  EXPECT_NEAR(skew.aux, 1.5f, 1e-6f);
+  // Capacity 1 over three tokens that all choose expert 0: the first keeps it, the others drop.
+  Routed full = route(ntp::ref::moe_router_forward, Vec{1.0f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f}, 3, 2, 1, 1);
+  EXPECT_EQ(full.kept, (std::vector<char>{1, 0, 0}));
+  EXPECT_EQ(full.dropped, 2);
+  EXPECT_EQ(full.per_expert, (std::vector<long>{1, 0}));
+}
+
+TEST(MoeRouter, ReferenceMatchesFiniteDifferences) {
+  SEEDED_RNG(rng);
+  const long T = 5;
+  const int E = 6, k = 2;
+  // Logits spaced 0.3 apart (a shuffled ladder per token): the central differences never change
+  // which experts a token chooses.
+  Vec z(T * E);
+  for (long t = 0; t < T; t++) {
+    std::vector<int> order(E);
+    for (int e = 0; e < E; e++) order[e] = e;
+    for (int e = E - 1; e > 0; e--) std::swap(order[e], order[static_cast<int>(rng.vec(1, 0.0f, 0.999f)[0] * (e + 1))]);
+    for (int e = 0; e < E; e++) z[t * E + e] = 0.3f * order[e] - 0.9f + rng.vec(1, -0.05f, 0.05f)[0];
+  }
+  const Vec proj = rng.vec(T * k);
+  const float aux_scale = 0.7f;
+  auto loss = [&] {
+    const Routed r = route(ntp::ref::moe_router_forward, z, T, E, k, 0);
+    return dot(r.weight, proj) + aux_scale * r.aux;
+  };
+  const Routed r = route(ntp::ref::moe_router_forward, z, T, E, k, 0);
+  Vec dz(T * E, 0.0f);
+  ntp::ref::moe_router_backward(dz.data(), r.probs.data(), r.expert.data(), r.weight.data(), proj.data(), T, E, k,
+                                aux_scale);
+  EXPECT_LE(fd_err(dz, numeric_grad(z, loss)), kFdTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokens to experts and back: the rows' layout, the dispatch and the weighted combine.
+struct Rows {
+  std::vector<long> offsets, row_of;
+  Rows(long T, int E, int k) : offsets(E + 1), row_of(T * k) {}
+};
+
+template <class Plan>
+Rows plan_rows(Plan plan, const Routed& r, long T, int E, int k) {
+  Rows rows(T, E, k);
+  plan(r.expert.data(), r.kept.data(), T, E, k, rows.offsets.data(), rows.row_of.data());
+  return rows;
+}
+
+TEST(MoeDispatch, ForwardBackward) {
+  SEEDED_RNG(rng);
+  for (long T : {1L, 9L, 333L})
+    for (int C : {1, 17, 64})
+      for (long capacity : {0L, std::max(1L, T / 4)}) {  // no limit; tight, with drops
+        const int E = 6, k = 2;
+        SCOPED_TRACE(shape({T, C, capacity}));
+        const Routed r = route(ntp::ref::moe_router_forward, rng.vec(T * E, -2.0f, 2.0f), T, E, k, capacity);
+        const Rows a = plan_rows(ntp::cpu::moe_plan, r, T, E, k), b = plan_rows(ntp::ref::moe_plan, r, T, E, k);
+        ASSERT_EQ(a.offsets, b.offsets);
+        ASSERT_EQ(a.row_of, b.row_of);
+        const long R = a.offsets[E];
+        EXPECT_EQ(R, T * k - r.dropped);
+        for (int e = 0; e < E; e++) EXPECT_EQ(a.offsets[e + 1] - a.offsets[e], r.per_expert[e]);
+
+        const Vec x = rng.vec(T * C);
+        Vec xs(R * C, NAN), xs_ref(R * C, NAN);
+        ntp::cpu::moe_dispatch_forward(xs.data(), x.data(), a.row_of.data(), T, k, C);
+        ntp::ref::moe_dispatch_forward(xs_ref.data(), x.data(), b.row_of.data(), T, k, C);
+        EXPECT_EQ(xs, xs_ref);  // copies: exact, and every row written (no NaN left)
+
+        const Vec dxs = rng.vec(R * C);
+        Vec dx = rng.vec(T * C), dx_ref = dx;
+        ntp::cpu::moe_dispatch_backward(dx.data(), dxs.data(), a.row_of.data(), T, k, C);
+        ntp::ref::moe_dispatch_backward(dx_ref.data(), dxs.data(), b.row_of.data(), T, k, C);
+        EXPECT_CLOSE(dx, dx_ref, kTol);
+
+        const Vec ys = rng.vec(R * C);
+        Vec y = rng.vec(T * C), y_ref = y;
+        ntp::cpu::moe_combine_forward(y.data(), ys.data(), r.weight.data(), a.row_of.data(), T, k, C);
+        ntp::ref::moe_combine_forward(y_ref.data(), ys.data(), r.weight.data(), b.row_of.data(), T, k, C);
+        EXPECT_CLOSE(y, y_ref, kTol);
+
+        const Vec dy = rng.vec(T * C);
+        Vec dys(R * C, NAN), dys_ref(R * C, NAN), dw(T * k, NAN), dw_ref(T * k, NAN);
+        ntp::cpu::moe_combine_backward(dys.data(), dw.data(), dy.data(), ys.data(), r.weight.data(), a.row_of.data(), T,
+                                       k, C);
+        ntp::ref::moe_combine_backward(dys_ref.data(), dw_ref.data(), dy.data(), ys.data(), r.weight.data(),
+                                       b.row_of.data(), T, k, C);
+        EXPECT_CLOSE(dys, dys_ref, kTol);
+        EXPECT_CLOSE(dw, dw_ref, kTol);
+      }
+}
+
+TEST(MoeDispatch, RowsByHand) {
+  // Three tokens, top-2 of three experts, capacity 2: token 0 -> (2, 0), token 1 -> (0, 2),
+  // token 2 -> (0, 1). Expert 0 keeps tokens 0 and 1 and drops token 2's slot; expert 2 keeps
+  // tokens 0 and 1. Rows: expert 0 [t0, t1], expert 1 [t2], expert 2 [t0, t1].
+  const std::vector<int> expert{2, 0, 0, 2, 0, 1};
+  const std::vector<char> kept{1, 1, 1, 1, 0, 1};
+  Rows rows(3, 3, 2);
+  ntp::ref::moe_plan(expert.data(), kept.data(), 3, 3, 2, rows.offsets.data(), rows.row_of.data());
+  EXPECT_EQ(rows.offsets, (std::vector<long>{0, 2, 3, 5}));
+  EXPECT_EQ(rows.row_of, (std::vector<long>{3, 0, 1, 4, -1, 2}));
+  // Combine with weights: token 2 keeps only its second slot's share (0.25 of expert 1's row).
+  const Vec ys{10, 20, 30, 40, 50};  // C = 1
+  const Vec weight{0.5f, 0.5f, 0.75f, 0.25f, 0.75f, 0.25f};
+  Vec y(3, 0.0f);
+  ntp::ref::moe_combine_forward(y.data(), ys.data(), weight.data(), rows.row_of.data(), 3, 2, 1);
+  EXPECT_EQ(y, (Vec{0.5f * 40 + 0.5f * 10, 0.75f * 20 + 0.25f * 50, 0.25f * 30}));
+}
+
+// The kernels composed into Mixtral's sparse MLP (router x @ Wr, top-k, each kept slot through its
+// expert's SwiGLU MLP, the weighted sum), forward and backward, against the same block written
+// per token in float64 and its gradient by central differences: the loss is proj . y plus the
+// balancing loss. A capacity drops some slots, which must add nothing and get no gradient.
+TEST(MoeDispatch, KernelsComposeIntoTheSparseMlp) {
+  SEEDED_RNG(rng);
+  const long T = 12;
+  const int C = 8, F = 6, E = 4, k = 2;
+  const long capacity = 5;  // of 24 slots over 4 experts: some drop
+  const float aux_scale = 0.3f;
+  Vec x = rng.vec(T * C), wr = rng.vec(C * E, -0.8f, 0.8f), wg = rng.vec(E * C * F, -0.5f, 0.5f),
+      wu = rng.vec(E * C * F, -0.5f, 0.5f), wd = rng.vec(E * F * C, -0.5f, 0.5f);
+  const Vec proj = rng.vec(T * C);
+
+  // The block per token in float64, with routing and capacity as the router's contract says.
+  using D = std::vector<double>;
+  auto block64 = [&](const D& xd, const D& wrd, const D& wgd, const D& wud, const D& wdd, std::vector<int>* chosen) {
+    std::vector<long> load(E, 0), picked(E, 0);
+    D prob_mean(E, 0.0), y(T * C, 0.0);
+    for (long t = 0; t < T; t++) {
+      D z(E, 0.0);
+      for (int e = 0; e < E; e++)
+        for (int c = 0; c < C; c++) z[e] += xd[t * C + c] * wrd[c * E + e];
+      std::vector<int> order(E);
+      for (int e = 0; e < E; e++) order[e] = e;
+      std::stable_sort(order.begin(), order.end(), [&](int p, int q) { return z[p] > z[q]; });
+      const double top = z[order[0]];
+      double sk = 0, sall = 0;
+      for (int j = 0; j < k; j++) sk += std::exp(z[order[j]] - top);
+      for (int e = 0; e < E; e++) sall += std::exp(z[e] - top);
+      for (int e = 0; e < E; e++) prob_mean[e] += std::exp(z[e] - top) / sall / T;
+      for (int j = 0; j < k; j++) {
+        const int e = order[j];
+        if (chosen) chosen->push_back(e);
+        picked[e]++;
+        if (load[e] >= capacity) continue;  // dropped
+        load[e]++;
+        const double w = std::exp(z[e] - top) / sk;
+        D h(F);
+        for (int f = 0; f < F; f++) {
+          double g = 0, u = 0;
+          for (int c = 0; c < C; c++) {
+            g += xd[t * C + c] * wgd[(e * C + c) * F + f];
+            u += xd[t * C + c] * wud[(e * C + c) * F + f];
+          }
+          h[f] = g / (1 + std::exp(-g)) * u;
+        }
+        for (int c = 0; c < C; c++) {
+          double o = 0;
+          for (int f = 0; f < F; f++) o += h[f] * wdd[(e * F + f) * C + c];
+          y[t * C + c] += w * o;
+        }
+      }
+    }
+    double aux = 0;
+    for (int e = 0; e < E; e++) aux += double(picked[e]) / double(T * k) * prob_mean[e];
+    double loss = aux_scale * E * aux;
+    for (long i = 0; i < T * C; i++) loss += y[i] * proj[i];
+    return std::make_pair(y, loss);
+  };
+  auto to64 = [](const Vec& v) { return D(v.begin(), v.end()); };
+
+  // Forward from the kernels.
+  Vec logits(T * E);
+  ntp::cpu::matmul_forward(logits.data(), x.data(), wr.data(), nullptr, T, C, E, ntp::cpu::WeightLayout::InOut);
+  const Routed r = route(ntp::cpu::moe_router_forward, logits, T, E, k, capacity);
+  ASSERT_GT(r.dropped, 0);
+  const Rows rows = plan_rows(ntp::cpu::moe_plan, r, T, E, k);
+  const long R = rows.offsets[E];
+  Vec xs(R * C), gate(R * F), up(R * F), h(R * F), ys(R * C), y(T * C, 0.0f);
+  ntp::cpu::moe_dispatch_forward(xs.data(), x.data(), rows.row_of.data(), T, k, C);
+  for (int e = 0; e < E; e++) {
+    const long r0 = rows.offsets[e], n = rows.offsets[e + 1] - r0;
+    if (n == 0) continue;
+    ntp::cpu::matmul_forward(&gate[r0 * F], &xs[r0 * C], &wg[e * C * F], nullptr, n, C, F, ntp::cpu::WeightLayout::InOut);
+    ntp::cpu::matmul_forward(&up[r0 * F], &xs[r0 * C], &wu[e * C * F], nullptr, n, C, F, ntp::cpu::WeightLayout::InOut);
+    ntp::cpu::swiglu_forward(&h[r0 * F], &gate[r0 * F], &up[r0 * F], n * F);
+    ntp::cpu::matmul_forward(&ys[r0 * C], &h[r0 * F], &wd[e * F * C], nullptr, n, F, C, ntp::cpu::WeightLayout::InOut);
+  }
+  ntp::cpu::moe_combine_forward(y.data(), ys.data(), r.weight.data(), rows.row_of.data(), T, k, C);
+  std::vector<int> chosen;
+  const auto [y64, loss64] = block64(to64(x), to64(wr), to64(wg), to64(wu), to64(wd), &chosen);
+  ASSERT_EQ(chosen, r.expert);  // the same routing in float32 and float64
+  EXPECT_CLOSE(y, Vec(y64.begin(), y64.end()), 1e-5);
+  EXPECT_NEAR(r.aux * aux_scale + dot(y, proj), loss64, 1e-4 * std::max(1.0, std::fabs(loss64)));
+
+  // Backward from the kernels.
+  Vec dys(R * C), dweight(T * k), dh(R * F, 0.0f), dgate(R * F, 0.0f), dup(R * F, 0.0f), dxs(R * C, 0.0f);
+  Vec dx(T * C, 0.0f), dwr(C * E, 0.0f), dwg(E * C * F, 0.0f), dwu(E * C * F, 0.0f), dwd(E * F * C, 0.0f),
+      dlogits(T * E, 0.0f);
+  ntp::cpu::moe_combine_backward(dys.data(), dweight.data(), proj.data(), ys.data(), r.weight.data(),
+                                 rows.row_of.data(), T, k, C);
+  for (int e = 0; e < E; e++) {
+    const long r0 = rows.offsets[e], n = rows.offsets[e + 1] - r0;
+    if (n == 0) continue;
+    ntp::cpu::matmul_backward(&dh[r0 * F], &dwd[e * F * C], nullptr, &dys[r0 * C], &h[r0 * F], &wd[e * F * C], n, F, C,
+                              ntp::cpu::WeightLayout::InOut);
+    ntp::cpu::swiglu_backward(&dgate[r0 * F], &dup[r0 * F], &gate[r0 * F], &up[r0 * F], &dh[r0 * F], n * F);
+    ntp::cpu::matmul_backward(&dxs[r0 * C], &dwg[e * C * F], nullptr, &dgate[r0 * F], &xs[r0 * C], &wg[e * C * F], n, C,
+                              F, ntp::cpu::WeightLayout::InOut);
+    ntp::cpu::matmul_backward(&dxs[r0 * C], &dwu[e * C * F], nullptr, &dup[r0 * F], &xs[r0 * C], &wu[e * C * F], n, C,
+                              F, ntp::cpu::WeightLayout::InOut);
+  }
+  ntp::cpu::moe_dispatch_backward(dx.data(), dxs.data(), rows.row_of.data(), T, k, C);
+  ntp::cpu::moe_router_backward(dlogits.data(), r.probs.data(), r.expert.data(), r.weight.data(), dweight.data(), T, E,
+                                k, aux_scale);
+  ntp::cpu::matmul_backward(dx.data(), dwr.data(), nullptr, dlogits.data(), x.data(), wr.data(), T, C, E,
+                            ntp::cpu::WeightLayout::InOut);
+
+  // Central differences of the float64 block, parameter by parameter.
+  const double eps = 1e-6;
+  auto check = [&](const char* name, const Vec& analytic, int which) {
+    SCOPED_TRACE(name);
+    std::vector<D> p{to64(x), to64(wr), to64(wg), to64(wu), to64(wd)};
+    Vec numeric(analytic.size());
+    for (std::size_t i = 0; i < analytic.size(); i++) {
+      const double keep = p[which][i];
+      p[which][i] = keep + eps;
+      const double up_loss = block64(p[0], p[1], p[2], p[3], p[4], nullptr).second;
+      p[which][i] = keep - eps;
+      const double down_loss = block64(p[0], p[1], p[2], p[3], p[4], nullptr).second;
+      p[which][i] = keep;
+      numeric[i] = float((up_loss - down_loss) / (2 * eps));
+    }
+    EXPECT_CLOSE(analytic, numeric, 1e-4);
+  };
+  check("dx", dx, 0);
+  check("dWr", dwr, 1);
+  check("dWgate", dwg, 2);
+  check("dWup", dwu, 3);
+  check("dWdown", dwd, 4);
 }
 
 // ---------------------------------------------------------------------------------------------

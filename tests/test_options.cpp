@@ -49,7 +49,8 @@ std::map<std::string, std::string> non_default_values() {
   const std::string file = existing_file();
   return {
       {"--model", "llama"}, {"--preset", "llama-tiny"}, {"--kv-heads", "2"}, {"--ffn", "96"},
-      {"--rope-theta", "5000"}, {"--layers", "3"}, {"--heads", "4"}, {"--hidden", "48"}, {"--seq", "24"},
+      {"--rope-theta", "5000"}, {"--experts", "3"}, {"--top-k", "1"}, {"--capacity-factor", "1.5"},
+      {"--router-aux-coef", "0.02"}, {"--layers", "3"}, {"--heads", "4"}, {"--hidden", "48"}, {"--seq", "24"},
       {"--context", "40"}, {"--vocab", "300"}, {"--tp", "2"}, {"--pp", "3"}, {"--micro-batch", "3"},
       {"--micro-batches", "2"}, {"--steps", "7"}, {"--seed", "99"}, {"--data", "tokens.bin"}, {"--lr", "0.001"},
       {"--beta1", "0.8"}, {"--beta2", "0.9"}, {"--eps", "1e-6"}, {"--weight-decay", "0.05"}, {"--clip", "0.5"},

@@ -10,7 +10,8 @@
 namespace ntp {
 namespace {
 
-Options paced_on(const std::string& machine, const std::string& scale) {
+// scale: the time scale; 0 for auto (not yet calibrated).
+Options paced_on(const std::string& machine, double scale) {
   Options o;
   o.timing = Timing::Paced, o.pacing.enabled = true, o.machine = machine, o.time_scale = scale;
   o.model = preset("small"), o.preset = "small", o.seq = 64;
@@ -18,13 +19,13 @@ Options paced_on(const std::string& machine, const std::string& scale) {
 }
 
 TEST(PacedMachine, OneScaleSlowsEveryRateAlike) {
-  const PacingConfig at1 = paced_rates(paced_on("dgx-a100", "1"));
+  const PacingConfig at1 = paced_rates(paced_on("dgx-a100", 1));
   EXPECT_DOUBLE_EQ(at1.device_gflops, 312e3);  // bf16 dense
   EXPECT_DOUBLE_EQ(at1.tp_gbps, 300);
   EXPECT_DOUBLE_EQ(at1.dp_gbps, 25);
   EXPECT_DOUBLE_EQ(at1.latency_us, 5);
   EXPECT_DOUBLE_EQ(at1.memory_gbps, 2039);  // HBM2e
-  const PacingConfig at64 = paced_rates(paced_on("dgx-a100", "64"));
+  const PacingConfig at64 = paced_rates(paced_on("dgx-a100", 64));
   EXPECT_DOUBLE_EQ(at64.time_scale, 64);
   EXPECT_DOUBLE_EQ(at64.device_gflops * 64, at1.device_gflops);
   EXPECT_DOUBLE_EQ(at64.tp_gbps * 64, at1.tp_gbps);
@@ -38,12 +39,12 @@ TEST(PacedMachine, OneScaleSlowsEveryRateAlike) {
 }
 
 TEST(PacedMachine, ProfilesAndPrecisions) {
-  Options o = paced_on("dgx-h100", "1");
+  Options o = paced_on("dgx-h100", 1);
   EXPECT_DOUBLE_EQ(paced_rates(o).device_gflops, 989e3);
-  o.emulated_precision = "tf32";
+  o.emulated_precision = EmulatedPrecision::Tf32;
   EXPECT_DOUBLE_EQ(paced_rates(o).device_gflops, 494.5e3);
   EXPECT_DOUBLE_EQ(paced_rates(o).shape.element_bytes, 1.0);  // 4-byte elements, as here
-  o.emulated_precision = "bf16";
+  o.emulated_precision = EmulatedPrecision::Bf16;
   EXPECT_DOUBLE_EQ(paced_rates(o).shape.element_bytes, 0.5);
   EXPECT_EQ(machine_profile("gb200-nvl72").gpus_per_domain, 72);
   EXPECT_THROW(machine_profile("dgx-z"), std::invalid_argument);
@@ -69,7 +70,7 @@ TEST(PacedMachine, GivenRecoveryFiguresReplaceTheProfilesWithTheirSource) {
 }
 
 TEST(PacedMachine, CustomRatesAreTheFlagsOverTheScale) {
-  Options o = paced_on("custom", "2");
+  Options o = paced_on("custom", 2);
   o.pacing.device_gflops = 8, o.pacing.tp_gbps = 4, o.pacing.dp_gbps = 1, o.pacing.latency_us = 3;
   const PacingConfig r = paced_rates(o);
   EXPECT_DOUBLE_EQ(r.device_gflops, 4);
@@ -80,11 +81,11 @@ TEST(PacedMachine, CustomRatesAreTheFlagsOverTheScale) {
   EXPECT_DOUBLE_EQ(r.memory_gbps, 0);  // no memory rate: the optimizer is charged by its FLOPs
   o.pacing.memory_gbps = 6;
   EXPECT_DOUBLE_EQ(paced_rates(o).memory_gbps, 3);
-  EXPECT_DOUBLE_EQ(paced_rates(paced_on("custom", "auto")).time_scale, 1.0);  // not yet calibrated
+  EXPECT_DOUBLE_EQ(paced_rates(paced_on("custom", 0)).time_scale, 1.0);  // not yet calibrated
 }
 
 TEST(PacedMachine, AnEmulatedShapeChargesTheTargetsCosts) {
-  Options o = paced_on("dgx-a100", "1");
+  Options o = paced_on("dgx-a100", 1);
   o.emulate_shape = "gpt2-xl";
   const ModelConfig t = preset("gpt2-xl");
   const ShapeCharge k = paced_rates(o).shape;

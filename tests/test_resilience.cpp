@@ -5,6 +5,7 @@
 #include <set>
 
 #include "arena.hpp"
+#include "comm_counting.hpp"
 #include "comm_staged.hpp"
 #include "configuration.hpp"
 #include "encoded_memory_backend.hpp"
@@ -208,18 +209,18 @@ TEST(Rebalance, SharesFollowSpeed) {
     const ModelConfig m = preset(name);
     const int T = std::min(m.context, 128);
     const TpLayout even = speed_layout(m, T, {1, 1, 1, 1});
-    EXPECT_EQ(even.heads, TpLayout::even(m, 4).heads);
-    EXPECT_EQ(even.mlp, TpLayout::even(m, 4).mlp);
-    EXPECT_EQ(even.vocab, TpLayout::even(m, 4).vocab);
+    EXPECT_EQ(even.map(ShardDim::Heads), TpLayout::even(m, 4).map(ShardDim::Heads));
+    EXPECT_EQ(even.map(ShardDim::Mlp), TpLayout::even(m, 4).map(ShardDim::Mlp));
+    EXPECT_EQ(even.map(ShardDim::Vocab), TpLayout::even(m, 4).map(ShardDim::Vocab));
     EXPECT_DOUBLE_EQ(relative_step_time(m, T, even, {1, 1, 1, 1}, 4), 1.0);
     for (double slow : {0.5, 0.8, 0.1}) {
       const std::vector<double> speed = {1, 1, slow, 1};
       const TpLayout l = speed_layout(m, T, speed);
-      for (const ShardMap* map : {&l.heads, &l.mlp, &l.vocab}) {
+      for (const ShardMap* map : {&l.map(ShardDim::Heads), &l.map(ShardDim::Mlp), &l.map(ShardDim::Vocab)}) {
         for (int j = 0; j < 4; ++j) EXPECT_GE(map->count(j), 1);
         EXPECT_LE(map->count(2), map->count(0));
       }
-      EXPECT_LT(l.mlp.count(2), l.mlp.count(0));
+      EXPECT_LT(l.map(ShardDim::Mlp).count(2), l.map(ShardDim::Mlp).count(0));
       // The ideal, up to the healthy split's own unevenness (gpt2's 50257 rows over 4 ranks).
       const double ideal = 4 / (3 + slow), got = relative_step_time(m, T, l, speed, 4);
       EXPECT_GE(got, ideal * (1 - 1e-4));
@@ -250,8 +251,8 @@ TEST(Rebalance, TheSlowReplicaKeepsPace) {
   EXPECT_EQ(c.batches(), (std::vector<int>{7, 8}));  // floor(8 x 1.02 / (8/7 + a little)) = 7
   EXPECT_EQ(c.degrees(), (std::vector<int>{4, 4}));
   EXPECT_FALSE(c.uniform());
-  EXPECT_EQ(c.replicas[1].layout.mlp, TpLayout::even(m, 4).mlp);
-  EXPECT_LT(c.replicas[0].layout.mlp.count(3), c.replicas[0].layout.mlp.count(0));
+  EXPECT_EQ(c.replicas[1].layout.map(ShardDim::Mlp), TpLayout::even(m, 4).map(ShardDim::Mlp));
+  EXPECT_LT(c.replicas[0].layout.map(ShardDim::Mlp).count(3), c.replicas[0].layout.map(ShardDim::Mlp).count(0));
   // In micro-batches: 4 of 2 sequences become floor(4 x 1.02 x 7/8) = 3.
   Configuration mc = plan_configuration(Policy::Ntp, topo, m, 8, 1.3, alive, 4);
   rebalance_by_speed(mc, m, 128, 4, 8, 4, speed);
@@ -469,3 +470,39 @@ TEST(Schedule, AKillInARepairNeedsAnotherKillInItsStep) {
 
 }  // namespace
 }  // namespace ntp::test
+
+namespace ntp {
+
+// The control plane's counter (comm_counting.hpp): each call on the group once, with the payload
+// this rank sends and receives; nothing for the groups split from it (the training's), which is
+// its negative control: a counter that also counted those would show their calls.
+TEST(ControlPlane, CountsCallsAndBytesOnTheGroupAlone) {
+  auto world = world_comm();
+  const int n = world->size(), me = world->rank();
+  auto tally = std::make_shared<CommTally>();
+  CountingComm group(*world, tally);
+
+  float v[3] = {1, 2, 3};
+  group.allreduce_sum(v, 3);  // 3 floats out, 3 back
+  EXPECT_EQ(v[0], float(n));
+  std::vector<double> all(me == 0 ? std::size_t(n) * 2 : 0);
+  const double mine[2] = {double(me), 1};
+  group.gather(mine, 2, all.data(), 0);  // 16 bytes out; the root also gets every member's 16
+  const std::string said = group.post(me == 1 ? "hello" : "", 1);  // 5 bytes to each other member
+  EXPECT_EQ(said, "hello");
+  group.barrier();
+  EXPECT_EQ(tally->calls, 4);
+  const double expected = 24.0 + 16.0 * (me == 0 ? n : 1) + 5.0 * (me == 1 ? n - 1 : 1);
+  EXPECT_DOUBLE_EQ(tally->bytes, expected);
+
+  auto sub = group.split(me % 2, me);  // a training group: not counted
+  ASSERT_NE(sub, nullptr);
+  double w = 1;
+  sub->allreduce_sum(&w, 1);
+  sub->barrier();
+  EXPECT_EQ(w, double((n + 1 - me % 2) / 2));
+  EXPECT_EQ(tally->calls, 4);
+  EXPECT_DOUBLE_EQ(tally->bytes, expected);
+}
+
+}  // namespace ntp

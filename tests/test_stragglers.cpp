@@ -165,8 +165,8 @@ TEST(StragglerPolicy, EvictDecisions) {
                                                alive, {0, 0, 0, 0}, {}, refuse);
   EXPECT_EQ(d.evicted, (std::vector<char>{0, 1, 0, 0}));
   ASSERT_EQ(d.actions.size(), 2u);  // rank 3 died since; rank 0 was never evicted
-  EXPECT_EQ(d.actions[0].kind, "evict");
-  EXPECT_EQ(d.actions[1].kind, "evict_refused");
+  EXPECT_EQ(d.actions[0].kind, ntp::StragglerActionKind::Evict);
+  EXPECT_EQ(d.actions[1].kind, ntp::StragglerActionKind::EvictRefused);
   EXPECT_EQ(d.actions[1].why, "no replica could train without it");
   // The refusal is asked with the evictions made so far: rank 2's trial holds rank 1's.
   ASSERT_EQ(asked.size(), 2u);
@@ -175,7 +175,7 @@ TEST(StragglerPolicy, EvictDecisions) {
   const auto back = ntp::decide_straggler_actions({{1, false, 1.0}}, true, alive, d.evicted, {}, refuse);
   EXPECT_EQ(back.evicted, (std::vector<char>{0, 0, 0, 0}));
   ASSERT_EQ(back.actions.size(), 1u);
-  EXPECT_EQ(back.actions[0].kind, "rejoin");
+  EXPECT_EQ(back.actions[0].kind, ntp::StragglerActionKind::Rejoin);
 }
 
 // --straggler-policy rebalance: a straggler's speed is 1 / its ratio, never above 1; its end
@@ -186,11 +186,11 @@ TEST(StragglerPolicy, RebalanceDecisions) {
   const auto d = ntp::decide_straggler_actions({{1, true, 2.0}, {2, true, 0.8}}, false, alive, {0, 0, 0}, {}, never);
   EXPECT_EQ(d.speed, (std::vector<double>{1.0, 0.5, 1.0}));
   ASSERT_EQ(d.actions.size(), 2u);
-  EXPECT_EQ(d.actions[0].kind, "rebalance");
+  EXPECT_EQ(d.actions[0].kind, ntp::StragglerActionKind::Rebalance);
   EXPECT_EQ(d.evicted, (std::vector<char>{0, 0, 0}));
   const auto end = ntp::decide_straggler_actions({{1, false, 1.0}, {0, false, 1.0}}, false, alive, d.evicted, d.speed,
                                                  never);
   EXPECT_TRUE(end.speed.empty());
   ASSERT_EQ(end.actions.size(), 1u);  // rank 0 was at full speed: nothing to undo
-  EXPECT_EQ(end.actions[0].kind, "rebalance_end");
+  EXPECT_EQ(end.actions[0].kind, ntp::StragglerActionKind::RebalanceEnd);
 }

@@ -267,7 +267,7 @@ TEST_P(TpLayers, LlamaGqaByKvGroups) {
   for (int n2 = 1; n2 < tp; ++n2) head_maps.push_back(core_extra_map(m.head_units(), tp, n2));
   for (const auto& heads : head_maps) {
     TpLayout layout = TpLayout::even(m, tp);
-    layout.heads = heads;
+    layout.map(ShardDim::Heads) = heads;
     auto [loss, model] = run(*g.tp, layout, g.tp->rank());
     EXPECT_NEAR(loss, ref_loss, kTol * std::fabs(ref_loss));
     for (int t = 0; t < model->layout().tensor_count(); ++t) {

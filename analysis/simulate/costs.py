@@ -36,7 +36,7 @@ class Costs:
                      machines_dir: str | None = None, link_gbps: float | None = None,
                      repair_mechanism: str = "shrink") -> "Costs":
         """The stalls a failure, a repair, a restart and a checkpoint cost on `machine` (jobs/machines/
-        <machine>.yaml), by the rules ntpbench's paced runs charge (src/app/run_record.cpp):
+        <machine>.yaml), by the rules ntpbench's paced runs charge (src/run/run_record.cpp):
 
             recovery   = detect + repair + reconfigure     (repair_mechanism "reinit": reinit for repair)
             heal       = replace + reconfigure + latency_us 1e-6 + shard / (scale_out_gbps 1e9)

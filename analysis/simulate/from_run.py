@@ -301,7 +301,7 @@ class _Replay:
                 for r, _, _ in kills:
                     self.alive[r] = False
                 if f.spares and f.spare_use == "takeover" and f.policy != "restart":
-                    # Spares take the dead ranks over at once (real_failures.cpp, reconfigure_survivors):
+                    # Spares take the dead ranks over at once (src/recovery/recovery.cpp, spares_take_all_at_once):
                     # the survivors forget the lost shards without a reconfiguration of their own, and the
                     # handover's one reconfiguration heals the spares in.
                     self.out.charge("detect", self.rec["detect"])

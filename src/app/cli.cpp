@@ -88,16 +88,19 @@ void add_spec(CLI::App& app, const OptionSpec& s, Options& o, TextValues& text) 
 // Llama-only flags on GPT-2. Sets o.preset and o.model (the preset's dimensions).
 void resolve_family(const CLI::App& app, const std::string& model, Options& o) {
   const std::string preset_flag = app.count("--preset") ? o.preset : std::string();
-  if (!preset_flag.empty() && !model.empty() && model != family_name(preset_family(preset_flag)))
+  if (!preset_flag.empty() && !model.empty() && model != family_name(preset_family(preset_flag))) {
+    std::string same;
+    for (const std::string& p : preset_names())
+      if (family_name(preset_family(p)) == model) same += (same.empty() ? "" : ", ") + p;
     throw CLI::ValidationError("--model", "--preset " + preset_flag + " is a " +
                                               family_name(preset_family(preset_flag)) + " model, but --model is " +
-                                              model + " (the " + model + " presets: " +
-                                              (model == "llama" ? "llama-tiny, llama-small, llama-8b" :
-                                              "tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl") + ")");
+                                              model + " (the " + model + " presets: " + same + ")");
+  }
   o.preset = !preset_flag.empty() ? preset_flag : model == "llama" ? "llama-small" : "small";
   o.model = preset(o.preset);
   if (o.model.family == Family::Llama) return;
-  for (const char* flag : {"--kv-heads", "--ffn", "--rope-theta"})
+  for (const char* flag :
+       {"--kv-heads", "--ffn", "--rope-theta", "--experts", "--top-k", "--capacity-factor", "--router-aux-coef"})
     if (app.count(flag))
       throw CLI::ValidationError(flag, std::string(flag) + " applies to --model llama only (this run trains " +
                                            o.preset + ", a gpt2 model)");
@@ -153,13 +156,7 @@ void resolve_machine(const CLI::App& app, Options& o) {
                                              " has its own: drop one of them");
     o.machine = "custom";
   }
-  if (!app.count("--time-scale") && o.custom_machine()) o.time_scale = "1";
-  if (!o.auto_time_scale()) {
-    double v = 0;
-    if (!CLI::detail::lexical_cast(o.time_scale, v) || !std::isfinite(v) || v <= 0)
-      throw CLI::ValidationError("--time-scale", "--time-scale must be auto or a number above 0, not '" +
-                                                     o.time_scale + "'");
-  }
+  if (!app.count("--time-scale") && o.custom_machine()) o.time_scale = 1;
   if (o.emulates_shape() && o.timing != Timing::Paced)
     throw CLI::ValidationError("--emulate-shape", "--emulate-shape charges paced time: it needs --timing paced");
   for (const RecoveryPart& part : recovery_parts())
@@ -176,11 +173,10 @@ void resolve(const CLI::App& app, const TextValues& text, Options& o, int world_
       } catch (const std::invalid_argument& e) {
         throw CLI::ValidationError(s.flag, e.what());
       }
-  if (o.model.family == Family::Llama && o.tp > o.model.head_units())
-    throw tp_error(o, tp_degree_problem(o.model, o.tp), world_size);
   if (o.tp > o.model.heads)
     throw tp_error(o, "TP degree " + std::to_string(o.tp) + " exceeds the head count " + std::to_string(o.model.heads),
                    world_size);
+  if (!tp_degree_problem(o.model, o.tp).empty()) throw tp_error(o, tp_degree_problem(o.model, o.tp), world_size);
   if (o.pp > o.model.layers)
     throw CLI::ValidationError("--pp", "--pp " + std::to_string(o.pp) + " stages for a model of " +
                                            std::to_string(o.model.layers) + " layers: every stage needs a layer");

@@ -2,14 +2,11 @@
 // What the ntpbench binary does: train (and record) or replay a recorded run, and the checks of
 // the input both make before they start (exit code 2 on every rank together).
 #include "comm.hpp"
+#include "exit_codes.hpp"
 #include "options.hpp"
 
 namespace ntp {
 
-// A configuration problem every rank detects identically (rank 0 reports it; exit code 2).
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 int run_training(Options o, Comm& world);
 // --data: refuses a bad data file with UsageError on every rank, after one check on rank 0

@@ -24,6 +24,7 @@ namespace {
 struct RecordedRun {
   Options options;
   std::vector<std::int64_t> steps, begins, samples;
+  std::vector<std::vector<int>> replica_batches;  // per committed step, each replica's sequences
   std::string checkpoint;
 };
 
@@ -39,8 +40,12 @@ RecordedRun read_recorded_run(const std::string& path) {
     const auto samples = read_steps_column(f.id(), "samples");
     // Only committed steps shaped the final state: skip idle slots and steps a restore undid.
     const auto committed = read_steps_column(f.id(), "tokens_committed");
+    const std::vector<std::vector<int>> replicas = read_replica_batches(f.id());
     for (std::size_t i = 0; i < steps.size(); ++i)
-      if (committed[i] > 0) run.steps.push_back(steps[i]), run.begins.push_back(begins[i]), run.samples.push_back(samples[i]);
+      if (committed[i] > 0) {
+        run.steps.push_back(steps[i]), run.begins.push_back(begins[i]), run.samples.push_back(samples[i]);
+        run.replica_batches.push_back(i < replicas.size() ? replicas[i] : std::vector<int>{});
+      }
     if (!h5::has_attr(f.id(), "/", "final_checkpoint"))
       throw UsageError(path + " has no final checkpoint (was it run with --no-final-checkpoint, cut short, "
                        "or did it end with every replica down?): nothing to replay against");
@@ -67,6 +72,17 @@ Options on_one_rank(Options o, const Options& cli) {
   return o;
 }
 
+// A mixture of experts' step as the run took it: each replica's batch in its micro-batches (passes
+// of --micro-batch sequences; with one micro-batch, the replica's whole batch, which a policy may
+// have cut below it). Empty where the run's per-replica batches are not recorded.
+std::vector<int> forward_passes(const Options& run, const std::vector<int>& replica_batches) {
+  std::vector<int> passes;
+  const int b = run.micro_batches > 1 ? run.micro_batch : 0;
+  for (int B : replica_batches)
+    for (int left = B; left > 0; left -= b > 0 ? b : B) passes.push_back(b > 0 ? std::min(b, left) : B);
+  return passes;
+}
+
 }  // namespace
 
 int run_replay(const Options& cli, Comm& world) {
@@ -89,7 +105,11 @@ int run_replay(const Options& cli, Comm& world) {
                  trainer.cursor(), run.begins[i]);
       return code(ExitCode::Failed);
     }
-    const StepResult r = trainer.step({static_cast<int>(run.samples[i])});
+    // A mixture of experts' balancing loss and capacity are per forward pass: the run's passes.
+    const std::vector<int> passes =
+        o.model.moe() ? forward_passes(run.options, run.replica_batches[i]) : std::vector<int>{};
+    const StepResult r =
+        passes.empty() ? trainer.step({static_cast<int>(run.samples[i])}) : trainer.step_in_passes(passes);
     if (!cli.quiet) fmt::print("replay step {:5d} | {} samples | loss {:.6f}\n", run.steps[i], run.samples[i], r.loss);
   }
 

@@ -17,7 +17,8 @@
 #include "hang_watch.hpp"
 #include "launcher.hpp"
 #include "run.hpp"
-#include "spares.hpp"
+#include "handover.hpp"
+#include "spare_pool.hpp"
 #include "training_run.hpp"
 
 namespace ntp {
@@ -36,11 +37,11 @@ std::string default_out() {
 // and every rank learns its verdict, so all refuse it together (exit 2).
 void settle_out_path(Options& o, Comm& world) {
   const bool root = world.rank() == 0;
-  if (o.out.empty()) o.out = broadcast_string(world, root ? default_out() : std::string());
+  if (o.out.empty()) o.out = world.post(root ? default_out() : std::string(), 0);
   std::string why;
   if (root && std::filesystem::exists(o.out) && !o.overwrite)
     why = "results file '" + o.out + "' exists; choose another --out or pass --overwrite";
-  why = broadcast_string(world, why);
+  why = world.post(why, 0);
   if (!why.empty()) throw UsageError(why);
 }
 
@@ -65,7 +66,7 @@ std::string summarize_by_rank(const std::vector<std::string>& problems) {
 // records them, and revivals go back to them.
 std::vector<std::string> job_hosts(Comm& world) {
   const auto hosts = world.gather(host_name(), 0);
-  const std::string all = broadcast_string(world, world.rank() == 0 ? nlohmann::json(hosts).dump() : std::string());
+  const std::string all = world.post(world.rank() == 0 ? nlohmann::json(hosts).dump() : std::string(), 0);
   return nlohmann::json::parse(all).get<std::vector<std::string>>();
 }
 
@@ -83,7 +84,7 @@ void validate_data_file(const Options& o, Comm& world) {
       why = e.what();
     }
   }
-  why = broadcast_string(world, why);
+  why = world.post(why, 0);
   if (!why.empty()) throw UsageError(why);
 }
 
@@ -94,7 +95,7 @@ void check_backend(const Options& o, Comm& world) {
   if (o.backend == BackendKind::Cpu) return;
   const int local_rank = world.split_node()->rank();
   const auto problems = world.gather(backend_problem(o.backend, local_rank, o.allow_gpu_sharing), 0);
-  const std::string why = broadcast_string(world, world.rank() == 0 ? summarize_by_rank(problems) : std::string());
+  const std::string why = world.post(world.rank() == 0 ? summarize_by_rank(problems) : std::string(), 0);
   if (!why.empty()) throw UsageError(why);
 }
 
@@ -269,6 +270,26 @@ int run_spare(SparePool& pool, const Options& o) {
 }
 
 }  // namespace
+
+// A process spawned for a revival: the k-th (its rank in its own MPI_COMM_WORLD) of the new
+// processes started together takes the k-th logical rank revived.
+int run_joined(Comm& parent) {
+  const JoinMessage m = join_message_from_json(nlohmann::json::parse(parent.post("", 0)));
+  const int k = world_comm()->rank();
+  const int me = m.ranks.at(k);
+  return train_replacement(m, me, parent.split(0, me), nullptr);
+}
+
+int train_replacement(const JoinMessage& m, int logical_rank, std::unique_ptr<Comm> group, SparePool* spares) {
+  Schedule schedule;
+  if (!m.options.schedule.empty())
+    schedule = Schedule::load(m.options.schedule, int(m.state.alive.size()), m.options.steps, m.hosts);
+  for (const auto& [step, rank] : m.added_revivals) schedule.add_revival(step, rank);
+  TrainingRun run(m, logical_rank, std::move(group), std::move(schedule));
+  run.use_spares(spares);
+  const double recovery_seconds = run.join(m.step, m.ranks);
+  return run.train(m.step, recovery_seconds);
+}
 
 int run_training(Options o, Comm& world) {
   const bool root = world.rank() == 0;

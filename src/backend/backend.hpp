@@ -92,6 +92,24 @@ class Backend {
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, long n, float lr, float beta1,
                             float beta2, float eps, float weight_decay, float grad_scale, int t) = 0;
   virtual double sum_squares(const float* x, long n) = 0;
+
+  // Mixture of experts (kernels/cpu/moe_router.hpp, moe_dispatch.hpp; src/backend/backend_moe.cpp).
+  // The routing's results are host memory (the model reads them to pick each expert's rows):
+  // expert, weight, kept, probs, the counts, and row_of. Logits, activations and their gradients
+  // are the backend's; where they are device memory, the rows go through host copies and the CPU
+  // kernels (correct, not fast: the step's matmuls stay on the device). rows: R, the rows of xs/ys.
+  void moe_router_forward(const float* logits, long T, int E, int k, long capacity, int* expert, float* weight,
+                          char* kept, float* probs, long* tokens_per_expert, long* dropped, float* aux_loss);
+  // The rows' layout from the routing, on the host (kernels/cpu/moe_dispatch.hpp).
+  void moe_plan(const int* expert, const char* kept, long T, int E, int k, long* offsets, long* row_of);
+  void moe_router_backward(float* dlogits, const float* probs, const int* expert, const float* weight,
+                           const float* dweight, long T, int E, int k, float aux_scale);
+  void moe_dispatch_forward(float* xs, const float* x, const long* row_of, long T, int k, int C, long rows);
+  void moe_dispatch_backward(float* dx, const float* dxs, const long* row_of, long T, int k, int C, long rows);
+  void moe_combine_forward(float* y, const float* ys, const float* weight, const long* row_of, long T, int k, int C,
+                           long rows);
+  void moe_combine_backward(float* dys, float* dweight, const float* dy, const float* ys, const float* weight,
+                            const long* row_of, long T, int k, int C, long rows);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -3,6 +3,7 @@
 // It forwards the calls such a layer never changes: the group's shape, the host-only gathers, and
 // the fault-tolerance calls. Groups made from the inner one (split, split_node, shrink, spawn)
 // come back wrapped in the same layer through wrap(), so a sub-group keeps its layer's behaviour.
+// The inner group is owned, or borrowed from an owner that outlives the layer (comm_counting.hpp).
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,7 +15,8 @@ namespace ntp {
 
 class ForwardingComm : public Comm {
  public:
-  explicit ForwardingComm(std::unique_ptr<Comm> inner) : inner_(std::move(inner)) {}
+  explicit ForwardingComm(std::unique_ptr<Comm> inner) : inner_(inner.get()), owned_(std::move(inner)) {}
+  explicit ForwardingComm(Comm& borrowed) : inner_(&borrowed) {}
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -42,9 +44,11 @@ class ForwardingComm : public Comm {
   // This layer over `inner`, a new group made from this one's inner communicator (never null).
   virtual std::unique_ptr<Comm> wrap(std::unique_ptr<Comm> inner) = 0;
 
-  std::unique_ptr<Comm> inner_;
+  Comm* inner_;
 
  private:
+  std::unique_ptr<Comm> owned_;  // inner_, when this layer owns it
+
   // split() gives no group to a rank passing a negative colour: nothing to wrap.
   std::unique_ptr<Comm> wrap_group(std::unique_ptr<Comm> c) { return c ? wrap(std::move(c)) : nullptr; }
 };

@@ -24,6 +24,7 @@
 #include "comm.hpp"
 #include "comm_mpi.hpp"
 #include "fault.hpp"
+#include "leave_unfinalized.hpp"
 #include "watchdog.hpp"
 
 namespace ntp {
@@ -259,7 +260,7 @@ class MpiComm final : public Comm {
   }
 
   std::string post(const std::string& message, int root) override {
-    constexpr int kTag = 8;  // the spare pool's plans (app/spares.cpp)
+    constexpr int kTag = 8;  // the spare pool's plans (recovery/spare_pool.cpp)
     MPI_Request req = MPI_REQUEST_NULL;
     if (rank_ != root) {
       long long n = 0;
@@ -446,8 +447,8 @@ int finish_mpi(int code) {
   // holds a link to a spawned one does) therefore ends here, after the caller's last barrier,
   // without either; the launcher accepts that with
   // prte_allowed_exit_without_sync (jobs/prte-mca-params.conf, which `make deps` installs into
-  // the venv's Open MPI; docs/real-failures.md).
-  std::fflush(nullptr);
+  // the venv's Open MPI; docs/real-failures.md). It leaves the launcher first (leave_unfinalized.hpp).
+  leave_launcher();
 #ifdef __SANITIZE_ADDRESS__
   // `make test-sanitize`: _Exit skips the leak check a normal exit runs; run it here, so that the
   // processes that survived a failure or replaced a dead rank are checked too.

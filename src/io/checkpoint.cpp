@@ -19,6 +19,7 @@ std::vector<std::pair<const char*, int>> model_dims(const ModelConfig& m) {
   std::vector<std::pair<const char*, int>> d = {
       {"vocab", m.vocab}, {"context", m.context}, {"layers", m.layers}, {"heads", m.heads}, {"hidden", m.hidden}};
   if (m.family == Family::Llama) d.insert(d.end(), {{"kv_heads", m.kv()}, {"ffn", m.mlp()}});
+  if (m.moe()) d.insert(d.end(), {{"experts", m.experts}, {"top_k", m.top_k}});
   return d;
 }
 

@@ -439,6 +439,19 @@ std::vector<std::int64_t> read_steps_column(hid_t file, const std::string& field
   return out;
 }
 
+std::vector<std::vector<int>> read_replica_batches(hid_t file) {
+  std::vector<std::vector<int>> rows;
+  if (!h5::exists(file, "replicas/batch")) return rows;
+  const auto shape = h5::shape_of(file, "replicas/batch");
+  std::vector<int> flat(shape.at(0) * shape.at(1));
+  h5::Handle ds(H5Dopen2(file, "replicas/batch", H5P_DEFAULT), H5Dclose, "open /replicas/batch");
+  if (!flat.empty() && H5Dread(ds, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, flat.data()) < 0)
+    throw std::runtime_error("HDF5: cannot read /replicas/batch");
+  for (std::size_t i = 0; i < shape[0]; ++i)
+    rows.emplace_back(flat.begin() + i * shape[1], flat.begin() + (i + 1) * shape[1]);
+  return rows;
+}
+
 namespace {
 std::vector<std::string>& command_line() {
   static std::vector<std::string> args;

@@ -96,7 +96,12 @@ inline bool step_overran(double worst_rank_seconds, double step_seconds) {
   X(double, paced_link_overrun_seconds) /* paced: seconds transfers ended late, summed over ranks */      \
   X(std::int8_t, paced_peers_uneven) /* a rank slowed or a replica damaged: waits on late peers expected */ \
   X(double, paced_host_seconds)     /* paced: real seconds outside the paced calls, summed over ranks */ \
-  X(double, paced_worst_rank_seconds) /* paced: the worst rank's real time past emulated time in the step */
+  X(double, paced_worst_rank_seconds) /* paced: the worst rank's real time past emulated time in the step */ \
+  X(std::int64_t, control_calls)    /* calls on the run's group, all ranks, since their last report (-1: none) */ \
+  X(double, control_bytes)          /* their payload bytes sent and received, all ranks (NaN: none) */ \
+  X(std::int64_t, moe_kept)         /* MoE: expert assignments kept, all replicas and layers (0: dense) */ \
+  X(std::int64_t, moe_dropped)      /* MoE: assignments dropped by --capacity-factor */ \
+  X(double, moe_load_max)           /* MoE: busiest expert of a layer's pass / an even share (NaN: dense) */
 
 // /events: kills, revivals and what they caused.
 #define NTP_EVENT_COLUMNS(X) \
@@ -209,6 +214,8 @@ class Recorder {
 
 // One integer column of a results file's /steps table (e.g. "samples").
 std::vector<std::int64_t> read_steps_column(hid_t file, const std::string& field);
+// /replicas/batch, row by row: each replica's sequences at each step (empty for a file without it).
+std::vector<std::vector<int>> read_replica_batches(hid_t file);
 
 // Root attributes every run records: versions, hosts, BLAS core, environment, and the command line
 // given to set_command_line (main does, before anything else).

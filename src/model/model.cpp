@@ -24,7 +24,7 @@ Model::Model(Backend& backend, const ModelConfig& m, const TpLayout& tp, int tp_
   ids_.tokens = slots_.tokens, ids_.targets = slots_.targets;
   slots_.batch.assign(in_flight, 0);
   ids_.vocab_rows = be_.allocate_ints(m.vocab);
-  const std::vector<int> rows = tp.vocab.local_rows(tp_rank);
+  const std::vector<int> rows = tp.map(ShardDim::Vocab).local_rows(tp_rank);
   be_.ints_from_host(ids_.vocab_rows, rows.data(), rows.size());
   host_losses_.resize(BT);
 }

@@ -65,6 +65,18 @@ class Model {
   virtual void backward(float dloss, BackwardObserver* observer = nullptr) = 0;
   // FLOPs of this rank's share of one forward pass over B sequences (backward: twice this).
   virtual double local_forward_flops(int B) const = 0;
+  // A mixture of experts' routing over the forward passes since the last call, summed over this
+  // stage's layers: the load-balancing loss weighted by router_aux_coef (in the gradient, not in
+  // the value forward returns), the assignments kept and dropped by capacity, each expert's kept
+  // ones, and the busiest expert of any one layer's pass against an even share of that pass's
+  // assignments (1: balanced).
+  struct RouterStats {
+    double aux_loss = 0;
+    long kept = 0, dropped = 0;
+    std::vector<long> tokens_per_expert;
+    double load_max = 0;
+  };
+  RouterStats take_router_stats() { return std::exchange(routed_, RouterStats{}); }
 
   void set_clock(PhaseClock* clock) { timing_.clock = clock; }
   void set_pacer(Pacer* pacer) { timing_.pacer = pacer; }
@@ -89,6 +101,8 @@ class Model {
   // Checks B, uploads the tokens and targets; returns the TP context of the step's phase.
   TpContext begin_forward(const int* tokens, const int* targets, int B);
   TpContext begin_backward();
+  int current_slot() const { return slots_.current; }
+  RouterStats routed_;  // take_router_stats's, added to by each forward of a mixture of experts
   // Sum of the B*T token losses in `losses` (backend memory).
   double sum_losses(const float* losses, int BT);
   // Paced timing: the compute of `phase` since its clock read `since` is charged `flops`.

@@ -24,6 +24,13 @@ const Named kPresets[] = {
     {"llama-tiny", {256, 32, 2, 8, 64, kLlama, 4, 176, 10000.0f}},
     {"llama-small", {256, 128, 4, 8, 256, kLlama, 4, 688, 10000.0f}},
     {"llama-8b", {128256, 8192, 32, 32, 4096, kLlama, 8, 14336, 500000.0f}},
+    // Mixtures of experts (Llama blocks with Mixtral's sparse MLP): tiny for tests (8 experts of
+    // width 64, top 2: TP 1 to 4 as llama-tiny); Mixtral 8x7B's shapes (8 experts of 14336, top 2);
+    // a fine-grained shape with DeepSeekMoE 16B's routed experts (64 of width 1408, top 6; its 2
+    // shared experts and first dense layer are not modelled).
+    {"moe-tiny", {256, 32, 2, 8, 64, kLlama, 4, 64, 10000.0f, 8, 2}},
+    {"mixtral-8x7b", {32000, 32768, 32, 32, 4096, kLlama, 8, 14336, 1000000.0f, 8, 2}},
+    {"moe-fine-16b", {102400, 4096, 28, 16, 2048, kLlama, 16, 1408, 10000.0f, 64, 6}},
 };
 }  // namespace
 
@@ -59,6 +66,14 @@ void validate_model(const ModelConfig& m) {
   if (m.hidden % m.heads != 0)
     fail("hidden size " + std::to_string(m.hidden) + " is not a multiple of the head count " +
          std::to_string(m.heads));
+  if (m.experts < 0) fail("--experts must be 0 (a dense MLP) or more");
+  if (m.moe() && m.family != Family::Llama)
+    fail("--experts needs a llama-family model (a mixture of SwiGLU experts, as Mixtral): use --model llama or a "
+         "llama preset");
+  if (m.moe() && (m.top_k < 1 || m.top_k > m.experts))
+    fail("--top-k " + std::to_string(m.top_k) + " must be between 1 and the expert count " + std::to_string(m.experts));
+  if (m.moe() && (!(m.capacity_factor >= 0) || !(m.router_aux_coef >= 0)))
+    fail("--capacity-factor and --router-aux-coef must be 0 or more");
   if (m.family != Family::Llama) return;
   if (m.kv() < 1 || m.heads % m.kv() != 0)
     fail("the head count " + std::to_string(m.heads) + " is not a multiple of the KV-head count " +
@@ -73,7 +88,9 @@ long long parameter_count(const ModelConfig& m) {
   const long long d = m.hidden, V = m.vocab, S = m.context, L = m.layers, f = m.mlp();
   if (m.family == Family::Llama) {
     const long long hs = m.head_size(), q = m.heads * hs, kv = m.kv() * hs;
-    const long long per_layer = 2 * d + d * q + 2 * d * kv + q * d + 3 * d * f;
+    // A MoE layer: every expert's gate, up and down, and the router's [E, d].
+    const long long mlp = m.moe() ? m.experts * 3 * d * f + m.experts * d : 3 * d * f;
+    const long long per_layer = 2 * d + d * q + 2 * d * kv + q * d + mlp;
     return 2 * V * d + L * per_layer + d;
   }
   const long long per_layer = 2 * d            // ln_1
@@ -89,7 +106,9 @@ double matmul_flops_per_token(const ModelConfig& m) {
   const double d = m.hidden, V = m.vocab, L = m.layers, f = m.mlp();
   if (m.family == Family::Llama) {
     const double q = double(m.heads) * m.head_size(), kv = double(m.kv()) * m.head_size();
-    return 2.0 * (L * (d * q + 2 * d * kv + q * d + 3 * d * f) + d * V);
+    // A MoE layer: the router, and top_k experts per token (none dropped).
+    const double mlp = m.moe() ? d * m.experts + m.top_k * 3 * d * f : 3 * d * f;
+    return 2.0 * (L * (d * q + 2 * d * kv + q * d + mlp) + d * V);
   }
   return 2.0 * (L * (3 * d * d + d * d + 2 * d * f) + d * V);
 }

@@ -24,6 +24,14 @@ struct ModelConfig {
   int kv_heads = 0;            // llama: key/value heads (a divisor of heads); 0 = heads
   int ffn = 0;                 // llama: SwiGLU width; 0 = 4d
   float rope_theta = 10000.0f; // llama: RoPE base
+  // llama: a mixture of experts in place of each layer's MLP (Mixtral's block) when experts > 0:
+  // a router picks each token's top_k of `experts` SwiGLU MLPs of width ffn. capacity_factor > 0
+  // caps each expert at ceil(factor x tokens x top_k / experts) assignments per forward (the rest
+  // are dropped); router_aux_coef weighs the load-balancing loss in the gradient.
+  int experts = 0;
+  int top_k = 2;
+  float capacity_factor = 0.0f;
+  float router_aux_coef = 0.01f;
   bool operator==(const ModelConfig&) const = default;
   int head_size() const { return hidden / heads; }
   int mlp() const { return family == Family::Llama && ffn > 0 ? ffn : 4 * hidden; }
@@ -32,6 +40,7 @@ struct ModelConfig {
   // Units of the attention shard dimension: heads (GPT-2) or KV groups, one KV head with its
   // query heads (Llama). TP degrees above this are refused.
   int head_units() const { return family == Family::Llama ? kv() : heads; }
+  bool moe() const { return experts > 0; }
 };
 
 // Returns the preset's dimensions, or throws std::invalid_argument naming the known presets.

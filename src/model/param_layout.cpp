@@ -14,6 +14,7 @@ long TensorSpec::full_elems(const ModelConfig& m) const {
     case ShardDim::Heads: return unit_elems * m.head_units();
     case ShardDim::Mlp: return unit_elems * m.mlp();
     case ShardDim::Vocab: return unit_elems * m.vocab;
+    case ShardDim::Experts: return unit_elems * m.experts;
   }
   return 0;
 }
@@ -65,9 +66,18 @@ std::vector<TensorSpec> llama_tensors(const ModelConfig& m) {
     t.push_back({p + "self_attn.v_proj.weight", ShardDim::Heads, hs * d, {G * hs, d}, true, std_w, 0});
     t.push_back({p + "self_attn.o_proj.weight", ShardDim::Heads, qg * d, {d, H * hs}, true, std_proj, 0});
     t.push_back({p + "post_attention_layernorm.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
-    t.push_back({p + "mlp.gate_proj.weight", ShardDim::Mlp, d, {f, d}, true, std_w, 0});
-    t.push_back({p + "mlp.up_proj.weight", ShardDim::Mlp, d, {f, d}, true, std_w, 0});
-    t.push_back({p + "mlp.down_proj.weight", ShardDim::Mlp, d, {d, f}, true, std_proj, 0});
+    if (m.moe()) {
+      const long E = m.experts;
+      const std::string moe = p + "block_sparse_moe.";
+      t.push_back({moe + "experts.w1.weight", ShardDim::Experts, f * d, {E, f, d}, true, std_w, 0});
+      t.push_back({moe + "experts.w3.weight", ShardDim::Experts, f * d, {E, f, d}, true, std_w, 0});
+      t.push_back({moe + "experts.w2.weight", ShardDim::Experts, f * d, {E, d, f}, true, std_proj, 0});
+      t.push_back({moe + "gate.weight", ShardDim::Replicated, E * d, {E, d}, true, std_w, 0});
+    } else {
+      t.push_back({p + "mlp.gate_proj.weight", ShardDim::Mlp, d, {f, d}, true, std_w, 0});
+      t.push_back({p + "mlp.up_proj.weight", ShardDim::Mlp, d, {f, d}, true, std_w, 0});
+      t.push_back({p + "mlp.down_proj.weight", ShardDim::Mlp, d, {d, f}, true, std_proj, 0});
+    }
     for (std::size_t i = first; i < t.size(); ++i) t[i].layer = l;
   }
   t.push_back({"model.norm.weight", ShardDim::Replicated, d, {d}, false, 0, 1});
@@ -107,8 +117,9 @@ ParamLayout::ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank)
 ParamLayout::ParamLayout(const ModelConfig& m, const TpLayout& tp, int tp_rank, const StageRange& stage)
     : model_(m), tp_(tp), tp_rank_(tp_rank), stage_(stage), specs_(model_tensors(m)) {
   validate_model(m);
-  if (tp.heads.units() != m.head_units())
-    throw std::invalid_argument("TP layout splits " + std::to_string(tp.heads.units()) + " attention units, the " +
+  if (tp.map(ShardDim::Heads).units() != m.head_units())
+    throw std::invalid_argument("TP layout splits " + std::to_string(tp.map(ShardDim::Heads).units()) +
+                                " attention units, the " +
                                 family_name(m.family) + " model has " + std::to_string(m.head_units()));
   for (const auto& s : specs_) {
     TensorSlot slot;
@@ -133,12 +144,16 @@ void for_each_pair(const ModelConfig& m, const TensorSpec& s, F f) {
   const long d = m.hidden, hs = m.head_size(), H = m.heads, fm = m.mlp();
   const bool qkv_w = s.name.ends_with("attn.c_attn.weight"), qkv_b = s.name.ends_with("attn.c_attn.bias");
   const bool fc_w = s.name.ends_with("mlp.c_fc.weight");
-  // Llama's row-parallel weights: canonical [in, out], Hugging Face [out, in].
+  // Llama's row-parallel weights: canonical [in, out], Hugging Face [out, in]; the experts' down
+  // projections so, expert by expert.
   const bool row_w = s.name.ends_with("self_attn.o_proj.weight") || s.name.ends_with("mlp.down_proj.weight");
-  if (row_w) {
-    const long in = s.hf_shape[1], out = s.hf_shape[0];
-    for (long i = 0; i < in; ++i)
-      for (long o = 0; o < out; ++o) f(i * out + o, o * in + i);
+  const bool experts_down = s.name.ends_with("block_sparse_moe.experts.w2.weight");
+  if (row_w || experts_down) {
+    const long blocks = experts_down ? s.hf_shape[0] : 1;
+    const long in = s.hf_shape.back(), out = s.hf_shape[s.hf_shape.size() - 2], size = in * out;
+    for (long b = 0; b < blocks; ++b)
+      for (long i = 0; i < in; ++i)
+        for (long o = 0; o < out; ++o) f(b * size + i * out + o, b * size + o * in + i);
   } else if (qkv_w || qkv_b) {
     const long cols = qkv_w ? d : 1;
     for (long h = 0; h < H; ++h)

@@ -48,8 +48,11 @@ struct StageRange {
 
 // The tensors of a GPT-2 model, in arena order: wte, wpe, 12 per layer, ln_f.weight, ln_f.bias.
 std::vector<TensorSpec> gpt2_tensors(const ModelConfig& m);
-// The tensors of a Llama model, in arena order: model.embed_tokens, 9 per layer, model.norm,
-// lm_head. Attention tensors shard by KV group (ShardDim::Heads has m.head_units() units).
+// The tensors of a Llama model, in arena order: model.embed_tokens, 9 per layer (10 with experts),
+// model.norm, lm_head. Attention tensors shard by KV group (ShardDim::Heads has m.head_units()
+// units). A MoE layer's gate, up and down hold every expert's, one expert a unit
+// (ShardDim::Experts; stored stacked, Mixtral's experts.{e}.w1 / w3 / w2 as one tensor each), and
+// its router (block_sparse_moe.gate, [E, d]) comes last, replicated.
 std::vector<TensorSpec> llama_tensors(const ModelConfig& m);
 // The model's family's tensors.
 std::vector<TensorSpec> model_tensors(const ModelConfig& m);
@@ -65,12 +68,13 @@ inline int layer_tensor(int layer, LayerTensor t) { return 2 + layer * kPerLayer
 inline int lnf_weight(const ModelConfig& m) { return 2 + m.layers * kPerLayer; }
 inline int lnf_bias(const ModelConfig& m) { return 3 + m.layers * kPerLayer; }
 
-// Index of a Llama layer's tensors within llama_tensors().
-enum LlamaTensor { kAttnNorm, kQ, kK, kV, kO, kMlpNorm, kGate, kUp, kDown, kLlamaPerLayer };
+// Index of a Llama layer's tensors within llama_tensors() (kRouter: MoE layers only).
+enum LlamaTensor { kAttnNorm, kQ, kK, kV, kO, kMlpNorm, kGate, kUp, kDown, kRouter };
 constexpr int kEmbedTokens = 0;
-inline int llama_tensor(int layer, LlamaTensor t) { return 1 + layer * kLlamaPerLayer + t; }
-inline int llama_norm(const ModelConfig& m) { return 1 + m.layers * kLlamaPerLayer; }
-inline int llama_lm_head(const ModelConfig& m) { return 2 + m.layers * kLlamaPerLayer; }
+inline int llama_per_layer(const ModelConfig& m) { return m.moe() ? 10 : 9; }
+inline int llama_tensor(const ModelConfig& m, int layer, LlamaTensor t) { return 1 + layer * llama_per_layer(m) + t; }
+inline int llama_norm(const ModelConfig& m) { return 1 + m.layers * llama_per_layer(m); }
+inline int llama_lm_head(const ModelConfig& m) { return 2 + m.layers * llama_per_layer(m); }
 
 struct TensorSlot {
   std::size_t offset;      // in floats, within the arena

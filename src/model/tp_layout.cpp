@@ -4,13 +4,26 @@
 
 namespace ntp {
 
+int shard_units(const ModelConfig& m, ShardDim d) {
+  switch (d) {
+    case ShardDim::Heads: return m.head_units();
+    case ShardDim::Mlp: return m.experts > 0 ? 0 : m.mlp();
+    case ShardDim::Vocab: return m.vocab;
+    case ShardDim::Experts: return m.experts;
+    case ShardDim::Replicated: break;
+  }
+  throw std::logic_error("replicated tensors have no units");
+}
+
 TpLayout TpLayout::even(const ModelConfig& m, int tp) {
-  if (tp < 1 || tp > m.head_units())
-    throw std::invalid_argument(tp_degree_problem(m, tp));
-  return TpLayout{ShardMap::even(m.head_units(), tp), ShardMap::even(m.mlp(), tp), ShardMap::even(m.vocab, tp)};
+  if (!tp_degree_problem(m, tp).empty()) throw std::invalid_argument(tp_degree_problem(m, tp));
+  return each(m, [tp](int units) { return ShardMap::even(units, tp); });
 }
 
 std::string tp_degree_problem(const ModelConfig& m, int tp) {
+  if (m.experts > 0 && tp > m.experts)
+    return "TP degree " + std::to_string(tp) + " must be at most the expert count (" + std::to_string(m.experts) +
+           "): expert parallelism spreads whole experts over the TP group, at least one per rank; use --tp <= --experts";
   if (tp >= 1 && tp <= m.head_units()) return "";
   if (m.family == Family::Llama)
     return "TP degree " + std::to_string(tp) + " must be between 1 and the KV-head count (" +
@@ -22,13 +35,8 @@ std::string tp_degree_problem(const ModelConfig& m, int tp) {
 }
 
 const ShardMap& TpLayout::map(ShardDim d) const {
-  switch (d) {
-    case ShardDim::Heads: return heads;
-    case ShardDim::Mlp: return mlp;
-    case ShardDim::Vocab: return vocab;
-    case ShardDim::Replicated: break;
-  }
-  throw std::logic_error("replicated tensors have no shard map");
+  if (d == ShardDim::Replicated) throw std::logic_error("replicated tensors have no shard map");
+  return maps[shard_index(d)];
 }
 
 }  // namespace ntp

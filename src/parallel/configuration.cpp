@@ -53,7 +53,7 @@ std::vector<int> Configuration::degrees() const {
 bool Configuration::uniform() const {
   const auto even = [this](const ShardMap& map) { return map == ShardMap::even(map.units(), n2); };
   for (const auto& r : replicas)
-    if (r.active() && (r.degree() != n2 || !even(r.layout.heads) || !even(r.layout.mlp) || !even(r.layout.vocab)))
+    if (r.active() && (r.degree() != n2 || !std::all_of(r.layout.maps.begin(), r.layout.maps.end(), even)))
       return false;
   return true;
 }

@@ -8,11 +8,6 @@
 
 namespace ntp {
 
-namespace {
-constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
-int dim_index(ShardDim d) { return d == ShardDim::Heads ? 0 : d == ShardDim::Mlp ? 1 : 2; }
-}  // namespace
-
 GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp, Comm* slot,
                    const ParamLayout& layout, Backend& be, PhaseClock& clock, Pacer& pacer)
     : layout_(layout), be_(be), clock_(clock), pacer_(pacer), tp_(tp), slot_(slot), tp_index_(tp_index),
@@ -20,14 +15,14 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
   if (uniform_) return;
   const int n = cfg.replicas[replica].degree();
   const ModelConfig& m = layout.model();
-  const int units[3] = {m.head_units(), m.mlp(), m.vocab};
   std::vector<ReshardPlan> to, from;
-  for (int k = 0; k < 3; ++k) {
-    const auto& owners = layout.tp().map(kDims[k]).owners();
-    const auto chunks = chunk_map(units[k], n, n2_).owners();
+  chunks_.units.assign(kShardDims.size(), 0);
+  for (ShardDim d : kShardDims) {
+    const auto& owners = layout.tp().map(d).owners();
+    const auto chunks = chunk_map(shard_units(m, d), n, n2_).owners();
     to.emplace_back(owners, chunks, tp_index, n);
     from.emplace_back(chunks, owners, tp_index, n);
-    chunks_.units.push_back(to.back().dst_count());
+    chunks_.units[shard_index(d)] = to.back().dst_count();
   }
   // Replicated gradients: copy j goes from core rank 0's chunk buffer to rank j.
   std::vector<int> src(n, 0), dst(n), rows(n, tp_index == 0 ? 0 : -1);
@@ -39,8 +34,8 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
   // Aligned: this replica's placement is the chunk placement (decided from the whole replica's
   // maps, so every rank of it agrees).
   chunks_.aligned = n == n2_;
-  for (int k = 0; k < 3; ++k)
-    chunks_.aligned = chunks_.aligned && layout.tp().map(kDims[k]).owners() == chunk_map(units[k], n, n2_).owners();
+  for (ShardDim d : kShardDims)
+    chunks_.aligned = chunks_.aligned && layout.tp().map(d).owners() == chunk_map(shard_units(m, d), n, n2_).owners();
 
   // The chunk buffer in arena order: the bucket of a layer is one range of it.
   chunks_.offset.assign(layout.tensor_count(), 0);
@@ -51,7 +46,7 @@ GradSync::GradSync(const Configuration& cfg, int replica, int tp_index, Comm& tp
     if (!layout.holds(t)) continue;  // another pipeline stage's
     off += ParamLayout::padded(s.dim == ShardDim::Replicated
                                    ? std::size_t(s.unit_elems)
-                                   : std::size_t(chunks_.units[dim_index(s.dim)]) * s.unit_elems);
+                                   : std::size_t(chunks_.units[shard_index(s.dim)]) * s.unit_elems);
   }
   if (chunks_.aligned && off != layout.total())
     throw std::logic_error("GradSync: an aligned replica's arena is not its chunk buffer");
@@ -88,13 +83,14 @@ std::vector<ReshardTensor> GradSync::tensors(int b, bool to_chunks) {
     if (s.dim == ShardDim::Replicated) {
       // Back from chunks only: core rank 0's summed copy to every rank (kept in place there when
       // its chunk buffer is the arena).
-      if (!to_chunks) v.push_back({tp_index_ == 0 ? chunk() + chunks_.offset[t] : nullptr, arena, s.unit_elems, 3});
+      const int segment = static_cast<int>(kShardDims.size());  // after the sharded dimensions'
+      if (!to_chunks) v.push_back({tp_index_ == 0 ? chunk() + chunks_.offset[t] : nullptr, arena, s.unit_elems, segment});
       continue;
     }
     if (chunks_.aligned) continue;  // already in place
     float* c = core ? chunk() + chunks_.offset[t] : nullptr;
-    v.push_back(to_chunks ? ReshardTensor{arena, c, s.unit_elems, dim_index(s.dim)}
-                          : ReshardTensor{c, arena, s.unit_elems, dim_index(s.dim)});
+    v.push_back(to_chunks ? ReshardTensor{arena, c, s.unit_elems, shard_index(s.dim)}
+                          : ReshardTensor{c, arena, s.unit_elems, shard_index(s.dim)});
   }
   return v;
 }
@@ -223,7 +219,8 @@ double GradSync::squared_norm(const float* grads) {
       const float* x = grads + layout_.slot(t).offset;
       long n = layout_.slot(t).elems;
       if (!uniform_ && !rep)
-        x = (chunks_.aligned ? grads : chunks_.buffer.data()) + chunks_.offset[t], n = long(chunks_.units[dim_index(s.dim)]) * s.unit_elems;
+        x = (chunks_.aligned ? grads : chunks_.buffer.data()) + chunks_.offset[t],
+        n = long(chunks_.units[shard_index(s.dim)]) * s.unit_elems;
       partial[rep ? n2_ : tp_index_] += be_.sum_squares(x, n);
       summed += double(n);
     }

@@ -8,7 +8,7 @@ namespace ntp {
 namespace {
 void check(int units, int n, int n2) {
   if (n2 < 1 || n2 > n) throw std::invalid_argument("NTP layout: sync degree must be in [1, n]");
-  if (units < n)
+  if (units > 0 && units < n)  // a dimension the model lacks (experts of a dense model) has no units
     throw std::invalid_argument("NTP layout: " + std::to_string(units) + " units cannot cover " + std::to_string(n) +
                                 " ranks");
 }
@@ -43,12 +43,11 @@ ShardMap chunk_map(int units, int n, int n2) {
 }
 
 TpLayout core_extra_layout(const ModelConfig& m, int n, int n2) {
-  return TpLayout{core_extra_map(m.head_units(), n, n2), core_extra_map(m.mlp(), n, n2),
-                  core_extra_map(m.vocab, n, n2)};
+  return TpLayout::each(m, [&](int units) { return core_extra_map(units, n, n2); });
 }
 
 TpLayout chunk_layout(const ModelConfig& m, int n, int n2) {
-  return TpLayout{chunk_map(m.head_units(), n, n2), chunk_map(m.mlp(), n, n2), chunk_map(m.vocab, n, n2)};
+  return TpLayout::each(m, [&](int units) { return chunk_map(units, n, n2); });
 }
 
 }  // namespace ntp

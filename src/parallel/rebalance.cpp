@@ -9,16 +9,15 @@ namespace ntp {
 
 namespace {
 
-// Units of each sharded dimension, coarsest first (the order units are placed in).
-std::array<int, 3> dimension_units(const ModelConfig& m) { return {m.head_units(), m.mlp(), m.vocab}; }
+// Coarsest unit first: the order units are placed in.
+constexpr ShardDim kCoarsestFirst[] = {ShardDim::Heads, ShardDim::Experts, ShardDim::Mlp, ShardDim::Vocab};
 
 // Per rank, the forward FLOPs of one sequence under `layout`.
 std::vector<double> rank_loads(const ModelConfig& m, int T, const TpLayout& layout) {
   const auto cost = unit_forward_flops(m, T);
-  const ShardMap* maps[3] = {&layout.heads, &layout.mlp, &layout.vocab};
   std::vector<double> load(layout.degree(), 0.0);
-  for (int k = 0; k < 3; ++k)
-    for (int j = 0; j < layout.degree(); ++j) load[j] += maps[k]->count(j) * cost[k];
+  for (ShardDim d : kShardDims)
+    for (int j = 0; j < layout.degree(); ++j) load[j] += layout.map(d).count(j) * cost[shard_index(d)];
   return load;
 }
 
@@ -30,21 +29,28 @@ ShardMap contiguous(const std::vector<int>& counts) {
 
 }  // namespace
 
-std::array<double, 3> unit_forward_flops(const ModelConfig& m, int T) {
+std::array<double, 4> unit_forward_flops(const ModelConfig& m, int T) {
   const double t = T, d = m.hidden, hs = m.head_size(), L = m.layers;
   // Per layer: the projections of the unit's columns/rows (2 FLOPs per multiply-add) and, for
   // attention, its two T x T products per query head.
   double attention;
   double mlp;
+  double expert = 0;
   if (m.family == Family::Llama) {
     const double q = m.q_per_kv();
     attention = 2 * t * (d * q * hs + 2 * d * hs + q * hs * d) + 4.0 * q * t * t * hs;
     mlp = 2 * t * 3 * d;  // gate, up and down
+    if (m.experts > 0) expert = mlp * m.mlp() * m.top_k / m.experts;
   } else {
     attention = 2 * t * (d * 3 * hs + hs * d) + 4.0 * t * t * hs;
     mlp = 2 * t * 2 * d;  // fc and proj
   }
-  return {L * attention, L * mlp, 2 * t * d};
+  std::array<double, 4> cost{};
+  cost[shard_index(ShardDim::Heads)] = L * attention;
+  cost[shard_index(ShardDim::Mlp)] = L * mlp;
+  cost[shard_index(ShardDim::Vocab)] = 2 * t * d;
+  cost[shard_index(ShardDim::Experts)] = L * expert;
+  return cost;
 }
 
 std::vector<double> compute_shares(const ModelConfig& m, int T, const TpLayout& layout) {
@@ -57,29 +63,34 @@ std::vector<double> compute_shares(const ModelConfig& m, int T, const TpLayout& 
 
 TpLayout speed_layout(const ModelConfig& m, int T, const std::vector<double>& speed) {
   const int n = static_cast<int>(speed.size());
-  const auto units = dimension_units(m);
   const auto cost = unit_forward_flops(m, T);
   for (double s : speed)
     if (!(s > 0) || !std::isfinite(s)) throw std::invalid_argument("speed_layout: every speed must be positive");
-  for (int k = 0; k < 3; ++k)
-    if (units[k] < n)
-      throw std::invalid_argument("speed_layout: " + std::to_string(units[k]) + " units cannot cover " +
+  for (ShardDim d : kShardDims)
+    if (shard_units(m, d) > 0 && shard_units(m, d) < n)
+      throw std::invalid_argument("speed_layout: " + std::to_string(shard_units(m, d)) + " units cannot cover " +
                                   std::to_string(n) + " ranks");
-  std::array<std::vector<int>, 3> counts;
+  // Every rank keeps a unit of every dimension the model has; the rest go coarsest first.
+  std::array<std::vector<int>, 4> counts;
   std::vector<double> load(n, 0.0);
-  for (int k = 0; k < 3; ++k) {
-    counts[k].assign(n, 1);  // every rank keeps a unit of every dimension
-    for (int j = 0; j < n; ++j) load[j] += cost[k];
+  for (ShardDim d : kShardDims) {
+    const int k = shard_index(d);
+    counts[k].assign(n, shard_units(m, d) > 0 ? 1 : 0);
+    for (int j = 0; j < n; ++j) load[j] += counts[k][j] * cost[k];
   }
-  for (int k = 0; k < 3; ++k)
-    for (int u = n; u < units[k]; ++u) {
+  for (ShardDim d : kCoarsestFirst) {
+    const int k = shard_index(d);
+    for (int u = n; u < shard_units(m, d); ++u) {
       int best = 0;
       for (int j = 1; j < n; ++j)
         if ((load[j] + cost[k]) / speed[j] < (load[best] + cost[k]) / speed[best]) best = j;
       ++counts[k][best];
       load[best] += cost[k];
     }
-  return TpLayout{contiguous(counts[0]), contiguous(counts[1]), contiguous(counts[2])};
+  }
+  TpLayout l;
+  for (ShardDim d : kShardDims) l.map(d) = contiguous(counts[shard_index(d)]);
+  return l;
 }
 
 double relative_step_time(const ModelConfig& m, int T, const TpLayout& layout, const std::vector<double>& speed,

@@ -19,9 +19,10 @@
 namespace ntp {
 
 // Forward FLOPs of one sequence of length T through one unit of each sharded dimension over the
-// whole model: {attention unit (a head, or a Llama KV group with its query heads), MLP column,
-// vocabulary row}, counted as the models count their own (local_forward_flops).
-std::array<double, 3> unit_forward_flops(const ModelConfig& m, int T);
+// whole model, by shard_index: an attention unit (a head, or a Llama KV group with its query
+// heads), an MLP column, a vocabulary row, an expert (the tokens the router sends it on average,
+// T k / E), counted as the models count their own (local_forward_flops).
+std::array<double, 4> unit_forward_flops(const ModelConfig& m, int T);
 
 // Each TP index's fraction of the replica's forward FLOPs per sequence under `layout` (0.25 each
 // at the even split over 4; /ranks/compute_share).

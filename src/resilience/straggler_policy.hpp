@@ -3,6 +3,7 @@
 // decision alone, with no communication, so every rank reaches the same one from the same verdicts
 // and it is tested on its own (tests/test_stragglers.cpp). TrainingRun::act_on_stragglers carries
 // it out (the reconfiguration) and records the actions.
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,12 +12,18 @@
 
 namespace ntp {
 
-// One action taken (or refused) for one verdict; kind: evict, evict_refused, rejoin, rebalance,
-// rebalance_end.
+// What one verdict did: the straggler left the training groups (evict), or stayed because leaving
+// would stop every replica or lose shards (evict refused), came back (rejoin), or its replica took
+// layouts by speed (rebalance) and back (rebalance end).
+enum class StragglerActionKind { Evict, EvictRefused, Rejoin, Rebalance, RebalanceEnd };
+
+// Each is recorded as the /events kind of its name (RunRecord, event_kind.hpp).
+
+// One action taken (or refused) for one verdict.
 struct StragglerAction {
   int rank;
-  std::string kind;
-  std::string why;  // evict_refused: the reason
+  StragglerActionKind kind;
+  std::string why;  // EvictRefused: the reason
 };
 
 struct StragglerDecision {

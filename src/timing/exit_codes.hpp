@@ -1,6 +1,7 @@
 #pragma once
 // ntpbench's exit codes, named once. The process's status, --help's footer and README's table come
 // from here. (In the lowest room, timing, because the hang watchdog there ends the process too.)
+#include <stdexcept>
 #include <string>
 
 namespace ntp {
@@ -16,6 +17,20 @@ enum class ExitCode : int {
 };
 
 inline constexpr int code(ExitCode c) { return static_cast<int>(c); }
+
+// A configuration problem every rank detects identically (rank 0 reports it; exit code 2).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Real failures left no replica able to train and no revival still scheduled would let one train
+// again: the run cannot go on (exit code 3). Also thrown, with exit code 4, for a non-finite loss
+// or gradient norm under --on-nonfinite stop.
+struct NoProgress : std::runtime_error {
+  explicit NoProgress(const std::string& what, ExitCode code = ExitCode::NoReplica)
+      : std::runtime_error(what), exit_code(ntp::code(code)) {}
+  int exit_code;
+};
 
 struct ExitCodeMeaning {
   ExitCode code;

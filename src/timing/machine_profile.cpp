@@ -6,11 +6,13 @@
 
 namespace ntp {
 
-double MachineProfile::tflops(const std::string& precision) const {
-  if (precision == "bf16") return bf16_tflops;
-  if (precision == "tf32") return tf32_tflops;
-  if (precision == "fp32") return fp32_tflops;
-  throw std::invalid_argument("unknown precision '" + precision + "' (bf16, tf32 or fp32)");
+double MachineProfile::tflops(EmulatedPrecision precision) const {
+  switch (precision) {
+    case EmulatedPrecision::Bf16: return bf16_tflops;
+    case EmulatedPrecision::Tf32: return tf32_tflops;
+    case EmulatedPrecision::Fp32: return fp32_tflops;
+  }
+  throw std::invalid_argument("an unknown emulated precision");
 }
 
 namespace {

@@ -48,6 +48,9 @@ struct RecoveryPart {
 };
 const std::vector<RecoveryPart>& recovery_parts();
 
+// Which of a machine's dense FLOP/s the emulated device runs at (--emulated-precision).
+enum class EmulatedPrecision { Bf16, Tf32, Fp32 };
+
 struct MachineProfile {
   std::string name;
   double bf16_tflops = 0, tf32_tflops = 0, fp32_tflops = 0;  // per GPU, dense
@@ -58,7 +61,7 @@ struct MachineProfile {
   int gpus_per_domain = 0;    // GPUs in one scale-up domain (a node, or a rack for NVL72)
   std::string source;         // where the rates come from
   RecoveryCosts recovery;
-  double tflops(const std::string& precision) const;
+  double tflops(EmulatedPrecision precision) const;
 };
 
 // The profiles' files as built in: (file name, YAML text), generated from jobs/machines/*.yaml.

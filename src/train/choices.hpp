@@ -1,6 +1,6 @@
 #pragma once
 // The options whose value is one of a few names (--policy, --kill-mode, --spare-use,
-// --straggler-policy, --timing, --on-nonfinite, --backend, --precision): an enum each, parsed once from the text the
+// --straggler-policy, --timing, --on-nonfinite, --backend, --precision, --emulated-precision): an enum each, parsed once from the text the
 // option table reads (command line, --config TOML, the JSON record), so the code compares enums
 // and each name is written once, here.
 #include <array>
@@ -15,6 +15,7 @@
 
 #include "backend.hpp"        // BackendKind, Precision
 #include "configuration.hpp"  // Policy
+#include "machine_profile.hpp"  // EmulatedPrecision
 
 namespace ntp {
 
@@ -37,6 +38,7 @@ template <> inline constexpr std::array<std::string_view, 2> kNames<Timing>{"wal
 template <> inline constexpr std::array<std::string_view, 2> kNames<BackendKind>{"cpu", "cuda"};
 template <> inline constexpr std::array<std::string_view, 2> kNames<Precision>{"fp32", "bf16"};
 template <> inline constexpr std::array<std::string_view, 2> kNames<OnNonfinite>{"stop", "skip"};
+template <> inline constexpr std::array<std::string_view, 3> kNames<EmulatedPrecision>{"bf16", "tf32", "fp32"};
 // True for the enums above: those with names.
 template <typename E>
 inline constexpr bool is_choice = std::is_enum_v<E> && !kNames<E>.empty();

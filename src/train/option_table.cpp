@@ -84,7 +84,9 @@ std::vector<OptionSpec> model_options() {
       {.flag = "--preset", .key = "preset", .field = NTP_FIELD(preset),
        .help = "Model size. gpt2: tiny, small (the default), gpt2, gpt2-medium, gpt2-large, gpt2-xl. llama "
                "(implies --model llama): llama-tiny, llama-small (the default with --model llama), llama-8b "
-               "(an 8B-class shape, for benchmarks and simulation)",
+               "(an 8B-class shape, for benchmarks and simulation); mixtures of experts (llama blocks, --experts): "
+               "moe-tiny, mixtral-8x7b and moe-fine-16b (DeepSeekMoE 16B's routed experts), the last two for "
+               "--emulate-shape and simulation",
        .check = Check::OneOf, .choices = preset_names(), .model_override = true},
       {.flag = "--kv-heads", .key = "model/kv_heads", .field = NTP_FIELD(model.kv_heads),
        .help = "llama: key/value heads (grouped-query attention; a divisor of --heads). A KV head and its query "
@@ -96,6 +98,22 @@ std::vector<OptionSpec> model_options() {
       {.flag = "--rope-theta", .key = "model/rope_theta", .field = NTP_FIELD(model.rope_theta),
        .help = "llama: base of the rotary position embeddings", .check = Check::Range, .lo = 1.0, .hi = 1e9,
        .missing = Missing::Default, .model_override = true},
+      {.flag = "--experts", .key = "model/experts", .field = NTP_FIELD(model.experts),
+       .help = "llama: a mixture of experts in place of each layer's MLP (Mixtral's block): this many SwiGLU "
+               "experts of width --ffn, whole experts spread over the TP group (expert parallelism = TP; "
+               "--tp may not exceed it); 0: a dense MLP (moe-tiny: 8)",
+       .check = Check::NonNegative, .missing = Missing::Default, .model_override = true},
+      {.flag = "--top-k", .key = "model/top_k", .field = NTP_FIELD(model.top_k),
+       .help = "MoE: experts per token, weighted by the softmax over their router logits",
+       .check = Check::Positive, .missing = Missing::Default, .model_override = true},
+      {.flag = "--capacity-factor", .key = "model/capacity_factor", .field = NTP_FIELD(model.capacity_factor),
+       .help = "MoE: each expert takes at most ceil(F x tokens x top-k / experts) assignments per forward pass, "
+               "in token order; the rest are dropped (counted in /steps dropped_tokens). 0: no limit, none dropped",
+       .check = Check::Range, .lo = 0.0, .hi = 1e6, .missing = Missing::Default, .model_override = true},
+      {.flag = "--router-aux-coef", .key = "model/router_aux_coef", .field = NTP_FIELD(model.router_aux_coef),
+       .help = "MoE: weight of the router's load-balancing loss (Switch Transformer's) in the gradient, per "
+               "replica and forward pass; /steps loss is the language model's alone",
+       .check = Check::Range, .lo = 0.0, .hi = 1e6, .missing = Missing::Default, .model_override = true},
       {.flag = "--layers", .key = "model/layers", .field = NTP_FIELD(model.layers),
        .help = "Override the number of transformer layers", .check = Check::Positive, .model_override = true},
       {.flag = "--heads", .key = "model/heads", .field = NTP_FIELD(model.heads),
@@ -312,7 +330,27 @@ std::vector<OptionSpec> failure_options() {
                "names the sources), or custom (the default: the rates of --device-gflops, --memory-gbps, --tp-gbps, "
                "--dp-gbps and --link-latency-us, and dgx-a100's recovery costs)",
        .check = Check::OneOf, .choices = machine_names(), .missing = Missing::Legacy, .legacy = "custom"},
-      {.flag = "--time-scale", .key = "pacing/time_scale", .field = NTP_FIELD(time_scale),
+      {.flag = "--time-scale", .key = "pacing/time_scale",
+       .field = TextField{[](const Options& o) -> std::string {
+                            return o.auto_time_scale() ? "auto" : fmt::format("{}", o.time_scale);
+                          },
+                          [](Options& o, const std::string& s) {
+                            if (s == "auto") {
+                              o.time_scale = 0;
+                              return;
+                            }
+                            double v = 0;
+                            std::size_t used = 0;
+                            try {
+                              v = std::stod(s, &used);
+                            } catch (const std::exception&) {
+                              used = 0;
+                            }
+                            if (used == 0 || used != s.size() || !std::isfinite(v) || v <= 0)
+                              throw std::invalid_argument("--time-scale must be auto or a number above 0, not '" + s +
+                                                          "'");
+                            o.time_scale = v;
+                          }},
        .help = "Paced: every rate of the machine is slowed by this one factor, so every ratio stays the machine's. "
                "auto (the default for a named machine; custom's is 1): measured at start-up, the smallest power of 2 at "
                "which this machine's real compute and transfers take at most 1/--headroom of their emulated time",
@@ -320,9 +358,9 @@ std::vector<OptionSpec> failure_options() {
       {.flag = "--headroom", .key = "pacing/headroom", .field = NTP_FIELD(headroom),
        .help = "Paced, --time-scale auto: how many times its real time each phase's emulated time must be at least",
        .check = Check::Range, .lo = 1.0, .hi = 1e6, .missing = Missing::Default},
-      {.flag = "--emulated-precision", .key = "pacing/precision", .field = NTP_FIELD(emulated_precision),
+      {.flag = "--emulated-precision", .key = "pacing/precision", .field = choice_field<&Options::emulated_precision>(),
        .help = "Paced: which of the machine's dense FLOP/s the device runs at (the arithmetic here stays fp32)",
-       .check = Check::OneOf, .choices = {"bf16", "tf32", "fp32"}, .missing = Missing::Default},
+       .check = Check::OneOf, .choices = choice_names<EmulatedPrecision>(), .missing = Missing::Default},
       {.flag = "--emulate-shape", .key = "pacing/emulate_shape", .field = NTP_FIELD(emulate_shape),
        .help = "Paced: charge each phase as this preset would cost at the same layout and tokens (FLOPs per token; "
                "TP activations by hidden size and layer count; gradient and parameter transfers by parameter "

@@ -8,7 +8,7 @@
 
 namespace ntp {
 
-double time_scale_value(const Options& o) { return o.auto_time_scale() ? 0.0 : std::stod(o.time_scale); }
+double time_scale_value(const Options& o) { return o.time_scale; }
 
 PacingConfig paced_rates(const Options& o, double scale) {
   PacingConfig c = o.pacing;
@@ -28,7 +28,7 @@ PacingConfig paced_rates(const Options& o, double scale) {
   c.time_scale = scale;
   // The emulated job's tensors travel as 2-byte elements under bf16 (Megatron's activations and
   // gradients); the model here sends 4-byte floats.
-  if (!o.custom_machine() && o.emulated_precision == "bf16") c.shape.element_bytes = 0.5;
+  if (!o.custom_machine() && o.emulated_precision == EmulatedPrecision::Bf16) c.shape.element_bytes = 0.5;
   if (o.emulates_shape()) {
     // The target at the same tokens and layout: per token and per rank, its costs over the model's.
     const ModelConfig t = preset(o.emulate_shape), &m = o.model;

@@ -54,7 +54,7 @@ struct Options {
   double straggler_threshold = 0;  // compute over its peers' median (e.g. 1.2); 0: no detection (straggler.hpp)
   int straggler_window = 5;          // ... for this many consecutive steps
   StragglerPolicy straggler_policy = StragglerPolicy::Tolerate;  // what a verdict does (training_run.cpp)
-  // Spare processes (app/spares.hpp): the last K processes of every host, and every process of
+  // Spare processes (recovery/spare_pool.hpp): the last K processes of every host, and every process of
   // the last H hosts, hold no training state and replace dead ranks: at their revival (revive) or
   // in the repair of the death itself (takeover).
   int spares_per_host = 0;
@@ -66,17 +66,19 @@ struct Options {
   }
   Timing timing = Timing::Wall;
   // Paced timing's emulated machine (timing/machine_profile.hpp; custom: the rates in `pacing` as
-  // given), the factor every rate is slowed by ("auto" until calibrated at start-up, then the
-  // number), the headroom auto leaves, the precision of the profile's FLOP/s, and the preset whose
-  // costs are charged (--emulate-shape; "none": the model's own).
+  // given), the factor every rate is slowed by (0 for auto until calibrated at start-up, then the
+  // number; the option's text is "auto" or the number), the headroom auto leaves, the precision of
+  // the profile's FLOP/s, and the preset whose costs are charged (--emulate-shape; "none": the
+  // model's own).
   std::string machine = "custom";
-  std::string time_scale = "auto";
+  double time_scale = 0;
   double headroom = 2.0;
-  std::string emulated_precision = "bf16";
+  EmulatedPrecision emulated_precision = EmulatedPrecision::Bf16;
   std::string emulate_shape = "none";
-  // The three values above that are words, not names of a profile or numbers: each spelled here.
+  // The values above that are words, not names of a profile or numbers (or a factor still to find):
+  // each spelled here.
   bool custom_machine() const { return machine == "custom"; }
-  bool auto_time_scale() const { return time_scale == "auto"; }
+  bool auto_time_scale() const { return time_scale == 0; }
   bool emulates_shape() const { return emulate_shape != "none"; }
   PacingConfig pacing;  // enabled, boost, and custom's rates (the flags); paced_rates() for the rates run
   RecoveryOverrides recovery_given;  // --detect-s, ...: recovery figures in place of the machine's

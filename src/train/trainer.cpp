@@ -262,6 +262,16 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   return r;
 }
 
+StepResult Trainer::step_in_passes(const std::vector<int>& passes) {
+  if (topo_.replicas != 1 || topo_.stages != 1) throw std::logic_error("step_in_passes: one replica, one stage");
+  replay_passes_ = passes;
+  struct Clear {
+    std::vector<int>& p;
+    ~Clear() { p.clear(); }
+  } clear{replay_passes_};
+  return step({std::accumulate(passes.begin(), passes.end(), 0)});
+}
+
 void Trainer::dry_step() {
   StepResult r;
   const std::vector<int> batch = cfg_.batches();
@@ -287,7 +297,19 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
     shard_.model->zero_grads();
     pacer_.pace_pass(seconds_since(t0), shard_.model->param_count(), 0, sizeof(float));
   }
-  const double loss_sum = pipeline(first, M, B / M, static_cast<float>(1.0 / global_tokens), at);
+  double loss_sum = 0;
+  if (replay_passes_.empty()) {
+    loss_sum = pipeline(first, M, B / M, static_cast<float>(1.0 / global_tokens), at);
+  } else {
+    long long sample = first;
+    for (int b : replay_passes_) {
+      loss_sum += pipeline(sample, 1, b, static_cast<float>(1.0 / global_tokens), at);
+      sample += b;
+    }
+  }
+  const Model::RouterStats routed = shard_.model->take_router_stats();
+  if (cfg_.tp_index_of(topo_.world_rank) == 0)
+    r.moe_kept = routed.kept, r.moe_dropped = routed.dropped, r.moe_load_max = routed.load_max;
   at(StepPoint::Sync);
   reduce_tied_embedding();
   shard_.sync->finish();

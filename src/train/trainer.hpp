@@ -43,12 +43,17 @@ struct StepResult {
   double worst_rank_seconds = 0;    // paced, the recorder's row: the worst rank's seconds past emulated time
   double compute_flops = 0;  // this rank's forward, backward and optimizer FLOPs (where trained)
   bool nonfinite = false;    // the loss or gradient norm was not finite: no parameter changed
+  // A mixture of experts, this replica-stage's routing over the step's passes (its first TP rank
+  // only; 0 elsewhere): assignments kept and dropped, the busiest expert (Model::RouterStats).
+  long long moe_kept = 0, moe_dropped = 0;
+  double moe_load_max = 0;
   // This rank's time per phase since the previous step ended (so a step's recovery and idle
   // waiting before it are included).
   std::array<double, kPhaseCount> phase_seconds{};
 };
 
-struct Recovery {
+// What one change of configuration did and cost on this rank (Trainer::reconfigure, forget).
+struct Reconfiguration {
   bool changed = false;          // the configuration changed
   double detect = 0;             // agreeing on the new membership
   double reconfigure = 0;        // communicators, layouts, plans
@@ -98,19 +103,24 @@ Configuration plan_for(const Options& o, const Topology& topo, const std::vector
 class Trainer {
  public:
   // Every rank of `world` takes part. max_batch: the largest per-replica batch any step uses.
+  // `o` is the run's options, held by reference (they must outlive the trainer): one copy per rank,
+  // so what the run settles after it starts (the LR schedule's last step after a checkpoint's)
+  // is what the trainer uses.
   Trainer(const Options& o, Comm& world, int max_batch);
   // A process started to replace a dead rank: empty memory, no communicators yet; it takes part
   // in the survivors' next reconfigure() over `group` (which already includes it), which heals it.
   Trainer(const Options& o, Comm& group, int max_batch, const JoinState& join);
+  Trainer(Options&&, Comm&, int) = delete;
+  Trainer(Options&&, Comm&, int, const JoinState&) = delete;
   ~Trainer();
 
   // Collective over the group: applies a new membership (live flag per logical rank).
-  Recovery reconfigure(const std::vector<char>& alive);
+  Reconfiguration reconfigure(const std::vector<char>& alive);
   // No collective: the ranks dead in `alive` lose their state, and the configuration stays as it is
   // until the next reconfigure(), which heals their successors from the live holders. For spares
   // that take the dead ranks over at once: one reconfiguration, not a shrink and then a regrowth.
   // No step may run in between. Returns the (unchanged) degrees.
-  Recovery forget(const std::vector<char>& alive);
+  Reconfiguration forget(const std::vector<char>& alive);
   // Each logical rank's compute speed for the layouts of later reconfigurations (rebalance.hpp:
   // a replica with a rank below 1 shares its units by speed); empty: every rank at 1. Every rank
   // must set the same.
@@ -142,6 +152,10 @@ class Trainer {
   // advance their counters.
   StepResult step();
   StepResult step(const std::vector<int>& batch);
+  // One rank (one replica, one stage) replaying a run's step as that run's forward passes, their
+  // sizes in sample order: a mixture of experts' balancing loss and capacity are per pass, so the
+  // step is the run's only when its passes are.
+  StepResult step_in_passes(const std::vector<int>& passes);
   // The forward, backward and gradient sync of a step on the configuration's batches, with no
   // update and no sample consumed (the next step computes its gradients afresh): what paced
   // timing's calibration times. Every rank of the group calls it.
@@ -178,17 +192,18 @@ class Trainer {
   // The 1F1B pipeline over `micro` micro-batches of `b` sequences starting at sample `first`;
   // returns this rank's share of the loss sum (the last stage's).
   double pipeline(long long first, int micro, int b, float dloss, const std::function<void(StepPoint)>& at);
+  std::vector<int> replay_passes_;  // step_in_passes's, for the step it runs
   // One pipeline transfer over groups_.pp (either side may be absent: -1), timed and paced.
   void pp_transfer(const float* send, int dest, float* recv, int src, std::size_t n);
   // GPT-2's tied embedding: the first and last stages sum their wte gradients (Megatron's
   // embedding group).
   void reduce_tied_embedding();
   std::unique_ptr<Model> make_model(const ReplicaPlan& rp, int tp_index, int stage);
-  void restore(Recovery& rec);
+  void restore(Reconfiguration& rec);
   bool current_state_survives(const Configuration& old_cfg, const Holders& old, const std::vector<char>& alive) const;
-  void heal(const Configuration& old_cfg, const Holders& old, Recovery& rec);
+  void heal(const Configuration& old_cfg, const Holders& old, Reconfiguration& rec);
 
-  Options o_;
+  const Options& o_;
   Comm* group_;
   Topology topo_;  // the job's shape, and this rank in it (world_rank: its logical rank)
   Pacer pacer_;

@@ -17,7 +17,6 @@ namespace ntp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr ShardDim kDims[3] = {ShardDim::Heads, ShardDim::Mlp, ShardDim::Vocab};
 
 // What a heal needs to know about the old and the new configuration, seen from this rank.
 struct HealView {
@@ -83,8 +82,7 @@ void add_sharded_parts(const HealView& v, int q, int stage, Model* held, AdamW* 
   const int my_old_q = v.old_cfg.replica_of(v.me);
   // This rank serves units of the segment only from the stage it held.
   const bool serves = v.i_hold && v.old_cfg.stage_of(v.me) == stage;
-  for (int k = 0; k < 3; ++k) {
-    const ShardDim d = kDims[k];
+  for (ShardDim d : kShardDims) {
     const int units = target.layout.map(d).units();
     std::vector<int> src(units), dst(units);
     for (int u = 0; u < units; ++u) {
@@ -138,8 +136,7 @@ std::vector<char> changed_replicas(const Configuration& old_cfg, const Holders& 
   for (std::size_t q = 0; q < cfg.replicas.size(); ++q) {
     const auto& n = cfg.replicas[q];
     const auto& o = old_cfg.replicas[q];
-    const bool same_layout =
-        n.layout.heads == o.layout.heads && n.layout.mlp == o.layout.mlp && n.layout.vocab == o.layout.vocab;
+    const bool same_layout = n.layout == o.layout;
     const bool lost_one = std::any_of(n.ranks.begin(), n.ranks.end(), [&](int w) { return !old.holds(w); });
     changed[q] = n.active() && (!old.valid[q] || !o.active() || n.ranks != o.ranks || lost_one || !same_layout);
   }
@@ -155,14 +152,14 @@ bool Trainer::current_state_survives(const Configuration& old_cfg, const Holders
   const ModelConfig& m = o_.model;
   bool any = false;
   for (int st = 0; st < topo_.stages; ++st) {
-    std::vector<char> held[3] = {std::vector<char>(m.head_units(), 0), std::vector<char>(m.mlp(), 0),
-                                 std::vector<char>(m.vocab, 0)};
+    std::vector<std::vector<char>> held;
+    for (ShardDim d : kShardDims) held.emplace_back(shard_units(m, d), 0);
     for (int q = 0; q < topo_.replicas; ++q) {
       const auto& rp = old_cfg.replicas[q];
       if (!old.valid[q] || !rp.active()) continue;
       const std::vector<int> ranks = rp.stage_ranks(st);
-      for (int k = 0; k < 3; ++k) {
-        const auto& map = rp.layout.map(kDims[k]);
+      for (std::size_t k = 0; k < kShardDims.size(); ++k) {
+        const auto& map = rp.layout.map(kShardDims[k]);
         for (int u = 0; u < map.units(); ++u)
           if (alive[ranks[map.owner(u)]] && old.holds(ranks[map.owner(u)])) held[k][u] = 1, any = true;
       }
@@ -173,8 +170,8 @@ bool Trainer::current_state_survives(const Configuration& old_cfg, const Holders
   return any;
 }
 
-Recovery Trainer::reconfigure(const std::vector<char>& alive) {
-  Recovery rec;
+Reconfiguration Trainer::reconfigure(const std::vector<char>& alive) {
+  Reconfiguration rec;
   const int me = topo_.world_rank;
   PhaseScope phase(clock_, Phase::Recovery);
   // Detect: one agreement round in which every member of the group states its logical rank and
@@ -242,11 +239,11 @@ Recovery Trainer::reconfigure(const std::vector<char>& alive) {
   return rec;
 }
 
-Recovery Trainer::forget(const std::vector<char>& alive) {
+Reconfiguration Trainer::forget(const std::vector<char>& alive) {
   held_.lost.resize(topo_.world_size, 0);
   for (int r = 0; r < topo_.world_size; ++r)
     if (!alive[r]) held_.lost[r] = 1;
-  Recovery rec;
+  Reconfiguration rec;
   rec.before = rec.after = cfg_.degrees();
   return rec;
 }
@@ -255,7 +252,7 @@ Recovery Trainer::forget(const std::vector<char>& alive) {
 // that rank lives, otherwise the owner in the first current replica. One exchange per changed
 // replica over the live ranks: a segment per sharded dimension and one for the replicated
 // tensors, params and both AdamW moments together.
-void Trainer::heal(const Configuration& old_cfg, const Holders& old, Recovery& rec) {
+void Trainer::heal(const Configuration& old_cfg, const Holders& old, Reconfiguration& rec) {
   const int me = topo_.world_rank;
   if (!groups_.live) {  // this rank is dead: it frees everything and takes no part
     shard_.sync.reset(), shard_.opt.reset(), shard_.model.reset();
@@ -302,7 +299,7 @@ void Trainer::heal(const Configuration& old_cfg, const Holders& old, Recovery& r
 
 // No live replica holds every shard: every active replica reloads the last checkpoint (or the
 // initial state) and the steps since are lost.
-void Trainer::restore(Recovery& rec) {
+void Trainer::restore(Reconfiguration& rec) {
   const int me = topo_.world_rank;
   shard_.sync.reset(), shard_.opt.reset(), shard_.model.reset();
   rec.restored = true;

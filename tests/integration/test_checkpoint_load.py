@@ -110,3 +110,22 @@ def test_a_truncated_checkpoint_is_a_usage_error(tmp_path, checkpoint, keep):
     assert p.returncode == 2, p.stdout + p.stderr
     assert p.stderr.count(f"checkpoint {bad} cannot be read") == 1, p.stderr
     assert "MPI_ABORT" not in p.stderr and "error on rank" not in p.stderr, p.stderr
+
+
+def test_a_resumed_cosine_schedule_goes_on_where_it_was(tmp_path):
+    """--lr-schedule cosine decays to its minimum by the last step of the run, and a run resumed from a
+    checkpoint of step 4 for 4 more steps ends at step 8: its learning rates are those of steps 5-8 of
+    one 8-step run, not the minimum the first run's 4-step schedule had reached (the negative control:
+    they differ from it)."""
+    cosine = [*TINY, "--lr-schedule", "cosine", "--warmup", 1]
+    whole, first, resumed = tmp_path / "whole.h5", tmp_path / "first.h5", tmp_path / "resumed.h5"
+    ntpbench(1, *cosine, "--steps", 8, "--out", whole)
+    ntpbench(1, *cosine, "--steps", 4, "--out", first)
+    with h5py.File(first, "r") as f:
+        ckpt = f.attrs["final_checkpoint"]
+    ntpbench(1, *cosine, "--steps", 4, "--init-from", ckpt, "--out", resumed)
+    with h5py.File(whole, "r") as w, h5py.File(first, "r") as a, h5py.File(resumed, "r") as b:
+        lr_whole, lr_first, lr_resumed = w["steps"]["lr"], a["steps"]["lr"], b["steps"]["lr"]
+        assert list(b["steps"]["optimizer_step"]) == [5, 6, 7, 8]
+    np.testing.assert_allclose(lr_resumed, lr_whole[4:], rtol=1e-6)
+    assert lr_resumed[0] > 1.5 * lr_first[-1], (lr_first, lr_resumed)

@@ -58,3 +58,33 @@ def test_a_column_missing_from_the_readme_is_caught(results, monkeypatch, tmp_pa
     with h5py.File(results, "r") as f:
         dtype = f["steps"].dtype
     assert documented_columns("steps") != [(n, dtype.fields[n][0]) for n in dtype.names]
+
+
+EVENT_KINDS = ROOT / "src" / "io" / "event_kind.hpp"
+
+
+def event_kinds():
+    """The names in kEventKindNames, the one list of what an /events row's kind can be."""
+    text = EVENT_KINDS.read_text()
+    body = text[text.index("kEventKindNames{"):]
+    body = body[:body.index("};")]
+    names = re.findall(r'"([a-z_]+)"', body)
+    assert len(names) >= 20, names
+    return names
+
+
+def documented_event_kinds(readme):
+    row = next(l for l in readme.read_text().splitlines() if l.startswith("| `kind` | string (16) |"))
+    return set(re.findall(r"`([a-z_]+)`", row))
+
+
+def test_readme_documents_every_event_kind():
+    missing = [k for k in event_kinds() if k not in documented_event_kinds(README)]
+    assert not missing, f"event kinds ntpbench writes that results/README.md's /events `kind` row does not name: {missing}"
+
+
+def test_an_event_kind_missing_from_the_readme_is_caught(tmp_path):
+    """Not vacuous: the row without `spare_lost` misses it."""
+    doc = tmp_path / "README.md"
+    doc.write_text(README.read_text().replace("`spare_lost`", "spare-lost"))
+    assert "spare_lost" in event_kinds() and "spare_lost" not in documented_event_kinds(doc)

@@ -61,7 +61,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from shm_left import left_behind, shm_entries  # noqa: E402  tests/shm_left.py
 # docs/ in the order of the README's chapters they came from: a command that reads a run's results
 # comes after the command that writes them.
-DOCS = ["running", "policies", "real-failures", "spares", "hangs", "stragglers", "schedules", "timing", "data",
+DOCS = ["running", "policies", "moe", "real-failures", "spares", "hangs", "stragglers", "schedules", "timing", "data",
         "cluster", "flags", "checks", "layout", "blas"]
 # A page not named in DOCS still runs, after those named (by name).
 READMES = ["README.md", *(f"docs/{d}.md" for d in DOCS),

@@ -24,6 +24,18 @@ namespace ntp {
 
 namespace {
 
+// A straggler action's /events kind.
+EventKind event_kind(StragglerActionKind k) {
+  switch (k) {
+    case StragglerActionKind::Evict: return EventKind::Evict;
+    case StragglerActionKind::EvictRefused: return EventKind::EvictRefused;
+    case StragglerActionKind::Rejoin: return EventKind::Rejoin;
+    case StragglerActionKind::Rebalance: return EventKind::Rebalance;
+    case StragglerActionKind::RebalanceEnd: return EventKind::RebalanceEnd;
+  }
+  throw std::logic_error("an unknown straggler action");
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -72,24 +84,15 @@ void RunRecord::open(int threads) {
 
 void RunRecord::start_clock() { clock_ = EmulatedClock(paced() ? time_scale_value(o_) : 1.0); }
 
-namespace {
-// The events whose emulated seconds make a row's recovery_seconds under paced timing.
-bool recovery_kind(const std::string& k) {
-  for (const char* r : {"notice", "repair", "detect", "reconfigure", "heal", "restore", "spawn", "spare", "takeover"})
-    if (k == r) return true;
-  return false;
-}
-}  // namespace
-
-double RunRecord::event(double t, int s, const std::string& kind, int rank, int replica, double bytes, double seconds,
+double RunRecord::event(double t, int s, EventKind kind, int rank, int replica, double bytes, double seconds,
                         const std::string& detail, Clocked how, double emulated) {
-  EventRow e = make_event(clock_.at(t), s, kind, rank, replica, bytes, seconds, detail);
+  EventRow e = make_event(clock_.at(t), s, name(kind), rank, replica, bytes, seconds, detail);
   e.host_time = t, e.host_duration = seconds;
   if (paced()) {
     e.duration = how == Clocked::Charged ? clock_.charge(t, seconds, emulated)
                  : how == Clocked::Figure ? emulated
                                           : clock_.span(t, seconds);
-    if (recovery_kind(kind)) recovery_since_row_ += e.duration;
+    if (is_recovery(kind)) recovery_since_row_ += e.duration;
   }
   rec_->event(e);
   return e.duration;
@@ -125,8 +128,8 @@ void RunRecord::reopen(int me, const std::vector<int>& lost, double t) {
                 static_cast<int>(rec_->rows().size()));
   fmt::print("logical rank {} takes over the results file from rank(s) {} ({} rows so far)\n", me, lost,
              rec_->rows().size());
-  event(t, static_cast<int>(rec_->rows().size()) + 1, "recorder", me, trainer_.topology().replica_of_rank(me), 0, 0,
-        fmt::format("rank {} reopened the file", me));
+  event(t, static_cast<int>(rec_->rows().size()) + 1, EventKind::Recorder, me, trainer_.topology().replica_of_rank(me),
+        0, 0, fmt::format("rank {} reopened the file", me));
 }
 
 void RunRecord::incarnations(const std::vector<int>& members, const std::vector<std::string>& who,
@@ -158,8 +161,8 @@ bool peers_uneven(const Configuration& cfg, bool slowed) {
   for (const ReplicaPlan& r : cfg.replicas) {
     if (!r.active()) continue;
     if (r.speed != 1.0) return true;
-    for (const ShardMap* m : {&r.layout.heads, &r.layout.mlp, &r.layout.vocab})
-      if (m->units() % r.degree() != 0) return true;
+    for (const ShardMap& m : r.layout.maps)
+      if (m.units() % r.degree() != 0) return true;
   }
   return false;
 }
@@ -229,10 +232,15 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
                     .paced_link_overrun_seconds = r.link_overrun_seconds,
                     .paced_peers_uneven = static_cast<std::int8_t>(peers_uneven(cfg, a.slowed)),
                     .paced_host_seconds = r.host_seconds,
-                    .paced_worst_rank_seconds = r.worst_rank_seconds};
+                    .paced_worst_rank_seconds = r.worst_rank_seconds,
+                    .control_calls = a.control.calls,
+                    .control_bytes = a.control.bytes,
+                    .moe_kept = r.moe_kept,
+                    .moe_dropped = r.moe_dropped,
+                    .moe_load_max = o_.model.moe() ? r.moe_load_max : nan};
   const auto tr = std::chrono::steady_clock::now();
   if (r.nonfinite)
-    event(a.t_end, s, "nonfinite", -1, -1, 0, 0,
+    event(a.t_end, s, EventKind::Nonfinite, -1, -1, 0, 0,
           fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
                       o_.on_nonfinite == OnNonfinite::Skip ? "skipped" : "the run stops"));
   rec_->append(row, replica_row(cfg), phase_rows_, usage_rows_, compute_share_row(o_, cfg, usage_rows_.size()));
@@ -281,23 +289,23 @@ void RunRecord::write_missing_row(const Attempt& a, int group_size) {
 
 void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigures& f, double t_event,
                                 const std::vector<std::string>* kill_details, double t_kill) {
-  const Recovery& rc = f.rc;
+  const Reconfiguration& rc = f.rc;
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
-    event(t_kill >= 0 ? t_kill : t_event, s, "kill", ev.kill[i], trainer_.topology().replica_of_rank(ev.kill[i]), 0, 0,
-          kill_details ? (*kill_details)[i] : "");
+    event(t_kill >= 0 ? t_kill : t_event, s, EventKind::Kill, ev.kill[i],
+          trainer_.topology().replica_of_rank(ev.kill[i]), 0, 0, kill_details ? (*kill_details)[i] : "");
   revive_events(s, ev.revive, t_event);
-  node_events(s, ev.nodes_killed, "node_down", t_kill >= 0 ? t_kill : t_event);
-  node_events(s, ev.nodes_revived, "node_up", t_event);
+  node_events(s, ev.nodes_killed, EventKind::NodeDown, t_kill >= 0 ? t_kill : t_event);
+  node_events(s, ev.nodes_revived, EventKind::NodeUp, t_event);
   const std::string change = fmt::format("TP {} -> {}", rc.before, rc.after);
   // Paced: a death is noticed after the machine's detection (also where spares take the dead
   // ranks over at once, and the configuration waits for their handover); a revival needs none.
   double detect = 0, reconfigure = 0;
   if (rc.changed || !ev.kill.empty())
-    detect = event(t_event, s, "detect", -1, -1, 0, f.detect, "", Clocked::Charged,
+    detect = event(t_event, s, EventKind::Detect, -1, -1, 0, f.detect, "", Clocked::Charged,
                    ev.kill.empty() ? 0.0 : costs().detect.value);
   if (rc.changed)
-    reconfigure = event(t_event + f.detect, s, "reconfigure", -1, -1, 0, f.reconfigure, change, Clocked::Charged,
-                        costs().reconfigure.value);
+    reconfigure = event(t_event + f.detect, s, EventKind::Reconfigure, -1, -1, 0, f.reconfigure, change,
+                        Clocked::Charged, costs().reconfigure.value);
   // Deaths no event scheduled (kill -9 from outside, a crash) are named as such.
   std::vector<int> scheduled, unscheduled;
   for (std::size_t i = 0; i < ev.kill.size(); ++i)
@@ -314,7 +322,8 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
   } else if (trainer_.configuration().active_replicas() == 0) {
     what += fmt::format("every replica is down: idle until a revival | {}", change);
   } else {
-    const double heal = event(t_heal, s, "heal", -1, -1, f.bytes, f.heal, change, Clocked::Charged, heal_charge(f));
+    const double heal =
+        event(t_heal, s, EventKind::Heal, -1, -1, f.bytes, f.heal, change, Clocked::Charged, heal_charge(f));
     what += fmt::format("heal {:.2f} MB in {:.2f} ms | {}", f.bytes / 1e6, heal * 1e3, change);
   }
   fmt::print("{}\n", what);
@@ -322,11 +331,11 @@ void RunRecord::record_recovery(int s, const StepEvents& ev, const RecoveryFigur
 }
 
 void RunRecord::revive_events(int s, const std::vector<int>& ranks, double t) {
-  for (int r : ranks) event(t, s, "revive", r, trainer_.topology().replica_of_rank(r), 0, 0, "");
+  for (int r : ranks) event(t, s, EventKind::Revive, r, trainer_.topology().replica_of_rank(r), 0, 0, "");
 }
 
 // A whole node's failure or return (kill_node / revive_node): one event naming its ranks.
-void RunRecord::node_events(int s, const std::vector<std::string>& hosts, const char* kind, double t) {
+void RunRecord::node_events(int s, const std::vector<std::string>& hosts, EventKind kind, double t) {
   for (const auto& host : hosts) {
     std::vector<int> on;
     for (int r = 0; r < int(hosts_.size()); ++r)
@@ -337,23 +346,23 @@ void RunRecord::node_events(int s, const std::vector<std::string>& hosts, const 
 
 void RunRecord::record_revived_in_repair(int s, const StepEvents& ev, double t) {
   revive_events(s, ev.revive, t);
-  node_events(s, ev.nodes_revived, "node_up", t);
+  node_events(s, ev.nodes_revived, EventKind::NodeUp, t);
   fmt::print("step {:5d}: revive {} | healed by the repair of the failure during its handover\n", s, ev.revive);
   std::fflush(stdout);
 }
 
 std::string RunRecord::record_restore(int s, const RecoveryFigures& f, double t_event) {
-  const Recovery& rc = f.rc;
+  const Reconfiguration& rc = f.rc;
   // Paced: the load at the checkpoint storage's speed, and under restart the job's restart.
-  event(t_event + f.detect + f.reconfigure, s, "restore", -1, -1, f.bytes, f.heal,
+  event(t_event + f.detect + f.reconfigure, s, EventKind::Restore, -1, -1, f.bytes, f.heal,
         fmt::format("from {} (optimizer step {})", rc.restored_from, rc.restored_step), Clocked::Charged,
         load_charge(f));
   const Recorder::RolledBack rolled = rec_->roll_back_after(rc.restored_step);
   const int lost_rows = rolled.rows;
   const double lost_seconds = rolled.seconds;
-  event(t_event, s, "rollback", -1, -1, 0, 0,
+  event(t_event, s, EventKind::Rollback, -1, -1, 0, 0,
         fmt::format("{} steps rolled back (optimizer step {} -> {})", lost_rows, f.steps_before, rc.restored_step));
-  event(t_event, s, "recompute", -1, -1, 0, rolled.host_seconds, fmt::format("{} steps to redo", lost_rows),
+  event(t_event, s, EventKind::Recompute, -1, -1, 0, rolled.host_seconds, fmt::format("{} steps to redo", lost_rows),
         Clocked::Figure, lost_seconds);
   // Why the state was reloaded: the policy's rule, or shards that no live rank held.
   return fmt::format("{}: restored {} (optimizer step {}), {} steps rolled back ({:.2f} s to recompute)",
@@ -367,14 +376,14 @@ void RunRecord::record_slowdown(int s, const Slowdown& d, double t) {
   const std::string what = d.factor == 1 && d.link_factor == 1
                                ? std::string("back to full speed")
                                : fmt::format("compute x{:g}, links x{:g}", d.factor, d.link_factor);
-  event(t, s, "slow", d.rank, replica, 0, 0, what);
+  event(t, s, EventKind::Slow, d.rank, replica, 0, 0, what);
   fmt::print("step {:5d}: rank {} slowed by the schedule: {}\n", s, d.rank, what);
   std::fflush(stdout);
 }
 
 void RunRecord::record_straggler(int s, const StragglerVerdict& v, double t) {
   const int replica = trainer_.topology().replica_of_rank(v.rank);
-  event(t, s, v.starts ? "straggler" : "straggler_end", v.rank, replica, 0, 0,
+  event(t, s, v.starts ? EventKind::Straggler : EventKind::StragglerEnd, v.rank, replica, 0, 0,
         fmt::format("compute per FLOP {:.2f}x its peers' median over {} steps (threshold {:g})", v.ratio,
                     o_.straggler_window, o_.straggler_threshold));
   const std::string then = o_.straggler_policy == StragglerPolicy::Evict       ? "it leaves the training groups next step"
@@ -403,17 +412,17 @@ void RunRecord::record_straggler_action(int s, const StragglerAction& a, const R
     bytes = f->bytes;
     what = fmt::format("TP {} -> {}; now {}", f->rc.before, f->rc.after, now);
   }
-  seconds = event(t, s, a.kind, a.rank, replica, bytes, seconds, what, Clocked::Charged, charged);
+  seconds = event(t, s, event_kind(a.kind), a.rank, replica, bytes, seconds, what, Clocked::Charged, charged);
   // A replica that comes back when no live one held the state (every replica was down) reloads the
   // last checkpoint: the steps since are rolled back, as after a failure.
   const std::string done = !f                ? ""
                            : f->rc.restored ? " | " + record_restore(s, *f, t)
                                             : fmt::format(" | reconfigured and healed {:.2f} MB in {:.2f} ms", bytes / 1e6,
                                                           seconds * 1e3);
-  if (a.kind == "evict_refused")
+  if (a.kind == StragglerActionKind::EvictRefused)
     fmt::print("step {:5d}: straggler rank {} stays: {} (tolerated)\n", s, a.rank, a.why);
   else
-    fmt::print("step {:5d}: straggler rank {}: {} | {}{}\n", s, a.rank, a.kind, what, done);
+    fmt::print("step {:5d}: straggler rank {}: {} | {}{}\n", s, a.rank, name(event_kind(a.kind)), what, done);
   std::fflush(stdout);
 }
 
@@ -453,7 +462,7 @@ void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector
     how.push_back(scheduled ? fmt::format("scheduled: SIGSTOP at {} (a hang), fenced", at)
                             : std::string("unscheduled: the process stopped answering (hung), fenced"));
     const double latency = hung[i].declared - hung[i].froze;
-    event(hung[i].froze, s, "hang", r, trainer_.topology().replica_of_rank(r), 0, latency,
+    event(hung[i].froze, s, EventKind::Hang, r, trainer_.topology().replica_of_rank(r), 0, latency,
           fmt::format("last heartbeat {:.3f} s, declared hung {:.3f} s later (timeout {:g} s); SIGKILL", hung[i].froze,
                       latency, o_.failure_timeout),
           i == longest ? Clocked::Charged : Clocked::Span, o_.failure_timeout);
@@ -463,11 +472,12 @@ void RunRecord::record_repair(int s, const Schedule& schedule, const std::vector
   }
   // The attempt's work lost and the survivors' notices are the machine's time run slowly; the
   // repair is this host's MPI, charged the machine's.
-  const double lost_s = event(t.t_attempt, s, "lost", -1, -1, 0, t.first - t.t_attempt,
+  const double lost_s = event(t.t_attempt, s, EventKind::Lost, -1, -1, 0, t.first - t.t_attempt,
                               "the interrupted attempt's time until the first survivor noticed");
-  const double notice_s = event(t.first, s, "notice", -1, -1, 0, t.last - t.first, "from the first survivor's notice to the last's");
-  const double repair_s = event(t.last, s, "repair", -1, -1, 0, t.repair, "revoke + agree + shrink", Clocked::Charged,
-                                costs().repair.value);
+  const double notice_s = event(t.first, s, EventKind::Notice, -1, -1, 0, t.last - t.first,
+                                "from the first survivor's notice to the last's");
+  const double repair_s = event(t.last, s, EventKind::Repair, -1, -1, 0, t.repair, "revoke + agree + shrink",
+                                Clocked::Charged, costs().repair.value);
   fmt::print("step {:5d}: rank(s) {} died | first survivor noticed {:.2f} ms into the step, the last {:.2f} ms "
              "later | revoke + agree + shrink {:.2f} ms\n",
              s, lost, lost_s * 1e3, notice_s * 1e3, repair_s * 1e3);
@@ -480,15 +490,16 @@ void RunRecord::record_revival(int s, double t_event, double seconds, const std:
   // Paced: new processes cost the machine's replacement, spares its takeover (both at once).
   const double host_seconds = seconds;
   if (spares.empty())
-    seconds = event(t_event, s, "spawn", -1, -1, 0, host_seconds,
+    seconds = event(t_event, s, EventKind::Spawn, -1, -1, 0, host_seconds,
                     fmt::format("{} new process(es) for rank(s) {}", ranks.size(), ranks), Clocked::Charged,
                     costs().replace.value);
   std::vector<std::string> who;
   for (const SpareHandover& h : spares) {
     who.push_back(fmt::format("spare {} ({}) -> rank {}", h.spare, h.host, h.rank));
     const bool first = who.size() == 1;
-    const double d = event(t_event, s, takeover ? "takeover" : "spare", h.rank, trainer_.topology().replica_of_rank(h.rank),
-                           0, first ? host_seconds : 0, who.back(), Clocked::Charged, first ? costs().takeover.value : 0.0);
+    const double d = event(t_event, s, takeover ? EventKind::Takeover : EventKind::Spare, h.rank,
+                           trainer_.topology().replica_of_rank(h.rank), 0, first ? host_seconds : 0, who.back(),
+                           Clocked::Charged, first ? costs().takeover.value : 0.0);
     if (first) seconds = d;
   }
   fmt::print("step {:5d}: {} in {:.2f} ms\n", s,
@@ -501,18 +512,18 @@ void RunRecord::record_revival(int s, double t_event, double seconds, const std:
 void RunRecord::record_no_spare(int s, double t, const std::vector<int>& ranks) {
   fmt::print("step {:5d}: no spare for rank(s) {}: they stay dead (none left on their host, and a spare host takes "
              "only a host whose ranks are all dead), until a revival, where a process can be spawned\n", s, ranks);
-  event(t, s, "no_spare", -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks));
+  event(t, s, EventKind::NoSpare, -1, -1, 0, 0, fmt::format("rank(s) {} stay dead", ranks));
 }
 
-void RunRecord::record_spares_lost(int s, double t, const SparePool& pool, const std::vector<int>& keys,
+void RunRecord::record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost,
                                    const std::vector<HangTimes>& hung) {
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const int spare = pool.spare_number(keys[i]);
-    const std::string& host = pool.host_of_spare(keys[i]);
+  for (std::size_t i = 0; i < lost.size(); ++i) {
+    const int spare = lost[i].spare;
+    const std::string& host = lost[i].host;
     const bool froze = i < hung.size() && hung[i].hung();
     const std::string what = froze ? fmt::format("spare {} ({}) froze; a process of its host ended it", spare, host)
                                    : fmt::format("spare {} ({}) died", spare, host);
-    event(t, s, "spare_lost", -1, -1, 0, 0, what);
+    event(t, s, EventKind::SpareLost, -1, -1, 0, 0, what);
     fmt::print("step {:5d}: {}\n", s, what);
   }
 }
@@ -532,7 +543,7 @@ void RunRecord::spares_left(int n) { rec_->set_summary("spares_left", static_cas
 void RunRecord::record_checkpoint(int s, double t, double seconds, const std::string& path) {
   // Paced: every rank writes its share of the emulated job's state at the storage's speed.
   const double bytes = 3.0 * parameter_count(o_.model) * sizeof(float);
-  event(t, s, "checkpoint", -1, -1, bytes, seconds, path, Clocked::Charged,
+  event(t, s, EventKind::Checkpoint, -1, -1, bytes, seconds, path, Clocked::Charged,
         bytes * state_bytes_ratio() / ranks_ / (costs().checkpoint_gbps.value * 1e9));
   if (!o_.quiet) fmt::print("checkpoint: {}\n", path);
 }

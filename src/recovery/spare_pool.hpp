@@ -5,7 +5,7 @@
 // checkpoints name, whatever the placement; spares are numbered 0..S-1 in job order. A spare holds
 // no training state: it waits in the pool (trainers and spares together, the fault-tolerant group
 // every repair goes through) until the trainers hand it a dead rank, then joins them as a
-// replacement process does (TrainingRun::join) and trains to the end.
+// replacement process does (Recovery::join) and trains to the end.
 #include <memory>
 #include <set>
 #include <string>

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm.hpp"
+#include "comm_counting.hpp"
 
 namespace ntp {
 
@@ -19,7 +20,10 @@ class Membership {
   // (in_group is empty until gather_order, the joining's first collective).
   Membership(std::unique_ptr<Comm> group, int me, std::vector<std::string> hosts, std::vector<char> alive, int recorder);
 
-  Comm& group() const { return *group_; }
+  // The live group, seen through the control plane's counter (comm_counting.hpp).
+  Comm& group() const { return *counted_; }
+  // The calls and payload bytes on the group so far, every group this rank has had together.
+  const CommTally& control() const { return *control_; }
   int size() const { return static_cast<int>(alive.size()); }
   // This rank holds the results file.
   bool records() const { return me == recorder; }
@@ -33,7 +37,7 @@ class Membership {
   // `group` (after a shrink or a spawn) becomes the live group: in_group and alive follow it.
   void adopt(std::unique_ptr<Comm> group);
   // in_group from the group (collective).
-  void gather_order() { in_group = group_->allgather(me); }
+  void gather_order() { in_group = group().allgather(me); }
 
   const int me;                           // logical rank
   const std::vector<std::string> hosts;   // each logical rank's host at job start
@@ -43,8 +47,11 @@ class Membership {
   int recorder = 0;  // logical rank 0 at the start; then the lowest live one when it dies (it keeps it)
 
  private:
-  Comm* group_;
+  void count_calls_on(Comm& group) { counted_ = std::make_unique<CountingComm>(group, control_); }
+
+  std::shared_ptr<CommTally> control_ = std::make_shared<CommTally>();
   std::unique_ptr<Comm> owned_;                 // once the launcher's world has been shrunk or grown
+  std::unique_ptr<Comm> counted_;               // the live group through the counter
   std::vector<std::unique_ptr<Comm>> retired_;  // earlier groups, never freed: see adopt()
 };
 

@@ -1,4 +1,4 @@
-#include "spares.hpp"
+#include "spare_pool.hpp"
 
 #include <algorithm>
 #include <map>
@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "fault.hpp"
-#include "run.hpp"
+#include "exit_codes.hpp"
 
 namespace ntp {
 
@@ -114,7 +114,7 @@ std::vector<std::pair<int, int>> SparePool::choose(const std::vector<int>& ranks
   for (const auto& [host, on] : by_size) {
     // One whole spare host takes every rank of this host, and only of a host wholly lost: its TP
     // groups stay inside a host. (The deaths of one node can reach the survivors in two repairs; the
-    // ranks of the first wait, dead, for the rest: TrainingRun::take_over asks again with them all.)
+    // ranks of the first wait, dead, for the rest: Recovery::hand_over_to_spares asks again with them all.)
     const auto on_host = std::count(rank_hosts.begin(), rank_hosts.end(), host);
     if (static_cast<long>(on.size()) < on_host) continue;
     std::string into;

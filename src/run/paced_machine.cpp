@@ -41,29 +41,28 @@ ScaleStep next_time_scale(const std::vector<ScaleTrial>& trials, double headroom
 }
 
 namespace {
-// The worst ratio over ranks of real to emulated time since the counters were reset: compute
-// alone, or compute and transfers.
-double worst_ratio(Pacer& p, Comm& group, bool links) {
+// The worst ratio over ranks of real to emulated time of compute since the counters were reset.
+double worst_compute_ratio(Pacer& p, Comm& group) {
   double w = p.take_worst_ratio();
-  const double l = p.take_worst_link_ratio();
-  if (links) w = std::max(w, l);
   group.allreduce_max(&w, 1);
   p.reset_counters();
   return w;
 }
 
-// One dry step at the pacer's rates: the worst ratio of real to emulated time of its phases, and
-// of the host's own time outside them to what the verdict allows of a step (kPacedOverrunLimit):
-// that time does not shrink with the factor, so the step must grow around it.
-double dry_step_ratio(Trainer& trainer, Comm& group) {
+// One dry step at the pacer's rates: the worst ratio of real to emulated time of its compute and
+// of its transfers, and of the host's own time outside them to what the verdict allows of a step
+// (kPacedOverrunLimit): that time does not shrink with the factor, so the step must grow around it.
+ScaleTrial dry_step_trial(Trainer& trainer, Comm& group, double scale) {
   Pacer& p = trainer.pacer();
   p.take_covered_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   trainer.dry_step();
   const double wall = seconds_since(t0);
-  double host = wall > 0 ? std::max(0.0, wall - p.take_covered_seconds()) / wall / kPacedOverrunLimit : 0.0;
-  group.allreduce_max(&host, 1);
-  return std::max(worst_ratio(p, group, true), host);
+  double parts[3] = {p.take_worst_ratio(), p.take_worst_link_ratio(),
+                     wall > 0 ? std::max(0.0, wall - p.take_covered_seconds()) / wall / kPacedOverrunLimit : 0.0};
+  group.allreduce_max(parts, 3);
+  p.reset_counters();
+  return {scale, std::max({parts[0], parts[1], parts[2]}), parts[0], parts[1], parts[2]};
 }
 }  // namespace
 
@@ -75,7 +74,7 @@ Calibration calibrate_time_scale(const Options& o, Trainer& trainer, Comm& group
   trainer.dry_step();  // a warm-up: threads started, pages touched
   p.reset_counters();
   trainer.dry_step();
-  c.compute_ratio = worst_ratio(p, group, false);
+  c.compute_ratio = worst_compute_ratio(p, group);
   p.set_sleeping(true);
   double scale = power_of_2_at_least(c.compute_ratio * o.headroom);
   constexpr int kTrials = 6;
@@ -89,8 +88,8 @@ Calibration calibrate_time_scale(const Options& o, Trainer& trainer, Comm& group
     // Two dry steps, the better one: a rank descheduled once by another process on this machine
     // would otherwise ask for a factor many times larger than its work needs (the verdict
     // tolerates such rare moments; an overrun that persists shows in both).
-    const double first = dry_step_ratio(trainer, group);
-    c.trials.push_back({scale, std::min(first, dry_step_ratio(trainer, group))});
+    const ScaleTrial first = dry_step_trial(trainer, group, scale), second = dry_step_trial(trainer, group, scale);
+    c.trials.push_back(second.ratio < first.ratio ? second : first);
     const ScaleStep next = next_time_scale(c.trials, o.headroom);
     scale = next.scale;
     c.fits = next.settled;
@@ -111,7 +110,7 @@ std::string describe_paced_machine(const Options& o, const Calibration* calibrat
       o.custom_machine()
           ? "custom"
           : fmt::format("{} ({} {:.4g} TFLOP/s, memory {:.4g} GB/s, scale-up {:.4g} GB/s, scale-out {:.4g} GB/s, {:.3g} us)", o.machine,
-                        o.emulated_precision, machine_profile(o.machine).tflops(o.emulated_precision), machine_profile(o.machine).memory_gbps,
+                        choice_name(o.emulated_precision), machine_profile(o.machine).tflops(o.emulated_precision), machine_profile(o.machine).memory_gbps,
                         machine_profile(o.machine).scale_up_gbps, machine_profile(o.machine).scale_out_gbps,
                         machine_profile(o.machine).latency_us);
   // The worst ratio measured at the factor chosen (the last trial there).
@@ -156,7 +155,7 @@ nlohmann::json recovery_costs_record(const Options& o) {
 nlohmann::json paced_machine_record(const Options& o, const Calibration* calibration) {
   const PacingConfig r = paced_rates(o);
   nlohmann::json j = {{"machine", o.machine},
-                      {"precision", o.emulated_precision},
+                      {"precision", choice_name(o.emulated_precision)},
                       {"time_scale", r.time_scale},
                       {"time_scale_chosen", calibration ? "auto" : "given"},
                       {"headroom", o.headroom},
@@ -180,7 +179,9 @@ nlohmann::json paced_machine_record(const Options& o, const Calibration* calibra
   }
   if (calibration) {
     nlohmann::json trials = nlohmann::json::array();
-    for (const ScaleTrial& t : calibration->trials) trials.push_back({{"time_scale", t.scale}, {"worst_ratio", t.ratio}});
+    for (const ScaleTrial& t : calibration->trials)
+      trials.push_back({{"time_scale", t.scale}, {"worst_ratio", t.ratio}, {"compute", t.compute}, {"links", t.links},
+                        {"host", t.host}});
     j["calibration"] = {{"unpaced_compute_ratio", calibration->compute_ratio}, {"trials", trials},
                         {"fits", calibration->fits}};
   }

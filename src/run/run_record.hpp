@@ -5,16 +5,18 @@
 // (training_run.hpp) makes every collective call and hands the figures here; only the recorder's
 // rank holds a RunRecord, so nothing here communicates.
 #include <array>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "comm_counting.hpp"
 #include "emulated_clock.hpp"
+#include "event_kind.hpp"
 #include "machine_profile.hpp"
 #include "recorder.hpp"
 #include "schedule.hpp"
-#include "spares.hpp"
 #include "straggler.hpp"
 #include "straggler_policy.hpp"
 #include "trainer.hpp"
@@ -39,12 +41,15 @@ struct Attempt {
   StepResult r;
   double t_start = 0, t_end = 0, recovery_seconds = 0, idle_seconds = 0;
   bool slowed = false;  // some rank ran slowed (a schedule's slow event)
+  // Every rank's calls and bytes on the run's group since its last report (comm_counting.hpp);
+  // -1 calls: no reports were gathered (a row written after a failure).
+  CommTally control{.calls = -1, .bytes = std::nan("")};
 };
 
 // A reconfiguration's figures over the group: the slowest rank's detect, reconfigure and heal
 // seconds, every rank's healed bytes, and the optimizer step before it.
 struct RecoveryFigures {
-  Recovery rc;
+  Reconfiguration rc;
   double detect = 0, reconfigure = 0, heal = 0;  // the slowest rank's seconds of each part
   double bytes = 0;       // every rank's
   double rank_bytes = 0;  // the busiest rank's link: the most it sent or received
@@ -135,9 +140,8 @@ class RunRecord {
   void record_revived_in_repair(int s, const StepEvents& ev, double t);
   // No spare was left for `ranks` (a takeover, or a revival on a job of several hosts): they stay dead.
   void record_no_spare(int s, double t, const std::vector<int>& ranks);
-  // Spares the pool lost in a repair (their keys); `hung`: what their settled heartbeats say of each.
-  void record_spares_lost(int s, double t, const SparePool& pool, const std::vector<int>& keys,
-                          const std::vector<HangTimes>& hung);
+  // Spares the pool lost in a repair (rank -1); `hung`: what their settled heartbeats say of each.
+  void record_spares_lost(int s, double t, const std::vector<SpareHandover>& lost, const std::vector<HangTimes>& hung);
   // The root attribute `spares`: each spare's "pid host" at job start, in job order.
   void record_spares(const std::vector<std::string>& processes);
   void spares_left(int n);
@@ -166,7 +170,7 @@ class RunRecord {
   // Appends an event at run-clock t lasting `seconds` here; `emulated`: the charge (Charged) or
   // the figure (Figure). Under wall timing every event is a Span on the run clock.
   // Returns its duration on the emulated clock.
-  double event(double t, int s, const std::string& kind, int rank, int replica, double bytes, double seconds,
+  double event(double t, int s, EventKind kind, int rank, int replica, double bytes, double seconds,
                const std::string& detail, Clocked how = Clocked::Span, double emulated = 0);
   // What the machine pays to heal (or load) f's bytes: the most any rank sent or received (or
   // read), as the emulated shape's, over the scale-out link (heal) or the checkpoint storage (load).
@@ -185,7 +189,7 @@ class RunRecord {
   // The revive events of `ev`'s ranks, and one node event per host of `hosts` (kind node_down or
   // node_up) naming its ranks.
   void revive_events(int s, const std::vector<int>& ranks, double t);
-  void node_events(int s, const std::vector<std::string>& hosts, const char* kind, double t);
+  void node_events(int s, const std::vector<std::string>& hosts, EventKind kind, double t);
   std::string slots_line(int skipped_steps) const;
   std::string overrun_line() const;
   void warn_first_overrun(const StepRow& row);

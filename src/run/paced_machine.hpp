@@ -23,9 +23,12 @@ class Trainer;
 // The smallest power of 2 that is at least x (1 for x <= 1).
 double power_of_2_at_least(double x);
 
-// One paced trial: at `scale`, the worst phase took `ratio` of its emulated time.
+// One paced trial: at `scale`, the worst phase took `ratio` of its emulated time. Its parts, worst
+// over ranks: compute phases, transfers, and the host's own time outside paced phases over what
+// the verdict allows of a step (ratio is the largest; they say what set the factor).
 struct ScaleTrial {
   double scale = 0, ratio = 0;
+  double compute = 0, links = 0, host = 0;
 };
 
 // After `trials` (the newest last) at `headroom`: the next factor to try, or the answer (settled:
