@@ -27,9 +27,13 @@ PRESETS = {
     "llama-tiny": (256, 32, 2, 8, 64, "llama", 4, 176),
     "llama-small": (256, 128, 4, 8, 256, "llama", 4, 688),
     "llama-8b": (128256, 8192, 32, 32, 4096, "llama", 8, 14336),
+    # Mixtures of experts (docs/moe.md): ffn is one expert's; then experts and top-k.
+    "moe-tiny": (256, 32, 2, 8, 64, "llama", 4, 64, 8, 2),
+    "mixtral-8x7b": (32000, 32768, 32, 32, 4096, "llama", 8, 14336, 8, 2),
+    "moe-fine-16b": (102400, 4096, 28, 16, 2048, "llama", 16, 1408, 64, 6),
 }
 
-DIMS = ("heads", "mlp", "vocab")     # the sharded dimensions, in ntpbench's order (kDims)
+DIMS = ("heads", "mlp", "vocab", "experts")  # the sharded dimensions, in ntpbench's order (kShardDims)
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class Model:
     family: str = "gpt2"
     kv_heads: int = 0
     ffn: int = 0
+    experts: int = 0   # a mixture of experts: whole experts per rank, the MLP dimension then has no units
+    top_k: int = 0
 
     @classmethod
     def preset(cls, name: str) -> "Model":
@@ -56,12 +62,17 @@ class Model:
         if isinstance(m, dict) and m:
             return cls(vocab=int(m["vocab"]), context=int(m["context"]), layers=int(m["layers"]),
                        heads=int(m["heads"]), hidden=int(m["hidden"]), family=str(m.get("family", "gpt2")),
-                       kv_heads=int(m.get("kv_heads", 0) or 0), ffn=int(m.get("ffn", 0) or 0))
+                       kv_heads=int(m.get("kv_heads", 0) or 0), ffn=int(m.get("ffn", 0) or 0),
+                       experts=int(m.get("experts", 0) or 0), top_k=int(m.get("top_k", 0) or 0))
         return cls.preset(str(cfg.get("preset", "small")))
 
     @property
     def llama(self) -> bool:
         return self.family == "llama"
+
+    @property
+    def moe(self) -> bool:
+        return self.llama and self.experts > 0
 
     @property
     def head_size(self) -> int:
@@ -80,7 +91,8 @@ class Model:
         return self.kv if self.llama else self.heads
 
     def units(self, dim: str) -> int:
-        return {"heads": self.head_units, "mlp": self.mlp, "vocab": self.vocab}[dim]
+        return {"heads": self.head_units, "mlp": 0 if self.moe else self.mlp, "vocab": self.vocab,
+                "experts": self.experts if self.moe else 0}[dim]
 
 
 def parameter_count(m: Model) -> int:
@@ -88,7 +100,8 @@ def parameter_count(m: Model) -> int:
     d, V, S, L, f = m.hidden, m.vocab, m.context, m.layers, m.mlp
     if m.llama:
         q, kv = m.heads * m.head_size, m.kv * m.head_size
-        return 2 * V * d + L * (2 * d + d * q + 2 * d * kv + q * d + 3 * d * f) + d
+        mlp = m.experts * 3 * d * f + m.experts * d if m.moe else 3 * d * f  # every expert, and the router
+        return 2 * V * d + L * (2 * d + d * q + 2 * d * kv + q * d + mlp) + d
     per_layer = 2 * d + 3 * d * d + 3 * d + d * d + d + 2 * d + 4 * d * d + 4 * d + 4 * d * d + d
     return V * d + S * d + L * per_layer + 2 * d
 
@@ -110,8 +123,11 @@ def model_tensors(m: Model) -> list[Tensor]:
         t.append(Tensor("vocab", d, home="input"))
         for layer in range(m.layers):
             t += [Tensor("replicated", d, layer), Tensor("heads", qg * d, layer), Tensor("heads", hs * d, layer),
-                  Tensor("heads", hs * d, layer), Tensor("heads", qg * d, layer), Tensor("replicated", d, layer),
-                  Tensor("mlp", d, layer), Tensor("mlp", d, layer), Tensor("mlp", d, layer)]
+                  Tensor("heads", hs * d, layer), Tensor("heads", qg * d, layer), Tensor("replicated", d, layer)]
+            if m.moe:  # each expert's gate, up and down projections, and the replicated router
+                t += [Tensor("experts", f * d, layer)] * 3 + [Tensor("replicated", m.experts * d, layer)]
+            else:
+                t += [Tensor("mlp", d, layer), Tensor("mlp", d, layer), Tensor("mlp", d, layer)]
         t += [Tensor("replicated", d, home="output"), Tensor("vocab", d, home="output")]
         return t
     t += [Tensor("vocab", d, home="both"), Tensor("replicated", m.context * d, home="input")]
@@ -148,8 +164,9 @@ def even_owners(units: int, ranks: int) -> list[int]:
 
 
 def core_extra_owners(units: int, n: int, n2: int) -> list[int]:
-    """core_extra_map: chunk i of an even split over n2 on core rank i, the chunks' tails on the extra ranks."""
-    if not 1 <= n2 <= n or units < n:
+    """core_extra_map: chunk i of an even split over n2 on core rank i, the chunks' tails on the extra ranks. A
+    dimension the model lacks (a dense model's experts, a mixture's MLP) has no units."""
+    if not 1 <= n2 <= n or 0 < units < n:
         raise ValueError(f"NTP layout: {units} units over {n} ranks at sync degree {n2}")
     chunks, share = even_owners(units, n2), even_owners(units, n)
     count = [share.count(r) for r in range(n)]

@@ -86,6 +86,21 @@ def test_parameter_counts():
         == shards.parameter_count(m)
 
 
+def test_mixture_of_experts_parameters_and_units():
+    # Mixtral 8x7B: 46.7B parameters (every expert and the router; ntpbench's parameter_count).
+    assert shards.parameter_count(shards.Model.preset("mixtral-8x7b")) == 46_702_792_704
+    m = shards.Model.preset("moe-tiny")
+    assert sum(t.unit_elems * (1 if t.dim == "replicated" else m.units(t.dim)) for t in shards.model_tensors(m)) \
+        == shards.parameter_count(m) == 255_296
+    # Whole experts per rank; the MLP dimension has no units (and a dense model no experts).
+    assert (m.units("experts"), m.units("mlp")) == (8, 0)
+    assert shards.Model.preset("llama-tiny").units("experts") == 0
+    c = shards.plan_configuration("ntp", m, 4, 1, 2, 8, [1, 1, 1, 0, 1, 1, 1, 1])
+    assert c.replicas[0].layout["experts"] == [0, 0, 0, 1, 1, 1, 2, 2]  # EP 3: rank 3's experts on the survivors
+    assert c.replicas[1].layout["experts"] == [0, 0, 3, 1, 1, 3, 2, 2]  # EP 4, synced by expert with EP 3
+    assert c.replicas[0].layout["mlp"] == []
+
+
 def test_core_extra_layout_is_the_papers():
     # 24 heads at TP 8 with N2 = 6: core ranks hold {0,1,2}, {4,5,6}, ...; extra 6 holds {3,7,11}, 7 {15,19,23}.
     owners = shards.core_extra_owners(24, 8, 6)
