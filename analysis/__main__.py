@@ -148,6 +148,10 @@ def _add_simulate(sub) -> None:
     g.add_argument("--boost", type=float, default=1.3, help="ntp-pw power boost (compute speed-up), at most 1.3")
     g.add_argument("--min-tp-fraction", type=float, default=0.5,
                    help="a domain with fewer than this fraction of its GPUs alive is dropped")
+    g.add_argument("--experts", type=int, default=0, metavar="E",
+                   help="a mixture of experts: E whole experts per domain (expert parallelism over the TP group); "
+                        "a damaged domain under ntp or ntp-pw runs at its busiest GPU's share of experts (default 0: "
+                        "a dense model)")
     g.add_argument("--damaged-excess", type=float, default=None, metavar="X",
                    help="ntp, ntp-pw: a job step with a damaged replica takes 1 + X times what its compute alone "
                         "gives (the gradients regrouped between degrees; analysis/damaged_step.py); default 0, "

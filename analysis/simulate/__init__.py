@@ -12,10 +12,14 @@ domain with L < ceil(m d) (default: fewer than half its GPUs) is dropped (speed 
 policy. Otherwise, per policy, its speed v (micro-batches per unit time, healthy = 1) is:
   dp-drop  1 if k == 0 else 0 (uniform TP: a damaged TP group cannot train)
   ntp      L/d — the domain runs at TP L, each GPU doing d/L of its share. Head-granularity
-           imbalance is ignored: MLP columns can absorb it.
-  ntp-pw   min(1, L b / d) with the power boost b = `--boost` (<= 1.3): the surviving GPUs run up
-           to b times faster, so a domain keeps full speed while d/L <= b (TP32 tolerates 7 failed
-           GPUs). The perf/W cost of boosting (2.8% at 1.1x, 6.5% at 1.2x) costs energy, not
+           imbalance is ignored: MLP columns can absorb it. A mixture of experts (`--experts E`,
+           expert parallelism over the domain, whole experts per GPU as in ntpbench) cannot: the
+           busiest of L GPUs holds ceil(E/L) experts where a healthy one holds E/d, so v is
+           (E/d) / ceil(E/L) (Mixtral's 8 experts at EP 8: 0.5 after one failure, not 7/8); the
+           experts' share of the step is taken as the whole of it.
+  ntp-pw   min(1, v b), v as for ntp, with the power boost b = `--boost` (<= 1.3): the surviving
+           GPUs run up to b times faster, so a dense domain keeps full speed while d/L <= b (TP32
+           tolerates 7 failed GPUs). The perf/W cost of boosting (2.8% at 1.1x, 6.5% at 1.2x) costs energy, not
            throughput, and is not modelled.
 A replica's R domains are its P = R pipeline stages, and every stage of a damaged replica runs at
 its least-staffed stage's degree (as in ntpbench), so a replica's speed v is its slowest domain's.

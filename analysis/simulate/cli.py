@@ -31,6 +31,10 @@ def main(args) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if 0 < args.experts < cl.domain_size:
+        print(f"error: --experts {args.experts} must be at least --domain-size {cl.domain_size}: expert parallelism "
+              "places whole experts, at least one on each GPU of a domain", file=sys.stderr)
+        return 2
     if args.check_pp:
         return check_pp_main(args.check_pp)
     excess = damaged_excess(args, cl.replicas)
@@ -38,7 +42,8 @@ def main(args) -> int:
         return 2
     try:
         params = Params(boost=args.boost, min_tp_fraction=args.min_tp_fraction, placement=args.placement,
-                        micro_batches=args.micro_batches, mb_cut=args.mb_cut, damaged_excess=excess)
+                        micro_batches=args.micro_batches, mb_cut=args.mb_cut, damaged_excess=excess,
+                        experts=args.experts)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -83,8 +83,13 @@ class Params:
     # alone gives: the gradients regrouped between degrees, measured by runs (analysis/damaged_step.py,
     # simulate --damaged-from); 0, the paper's model: compute alone.
     damaged_excess: float = 0.0
+    # A mixture of experts: E whole experts per domain (expert parallelism over the TP group, as in
+    # ntpbench); 0, a dense model.
+    experts: int = 0
 
     def __post_init__(self):
+        if self.experts < 0:
+            raise ValueError("--experts must be >= 0 (0: a dense model)")
         if not (self.damaged_excess >= 0 and math.isfinite(self.damaged_excess)):
             raise ValueError("--damaged-excess must be a finite number >= 0")
         if self.micro_batches < 0:
@@ -100,10 +105,13 @@ def speed_table(domain_size: int, policy: str, p: Params) -> np.ndarray:
     alive = (live >= max(1, math.ceil(p.min_tp_fraction * domain_size))).astype(float)
     if policy in ("dp-drop", "restart"):
         s = (k == 0).astype(float)
-    elif policy == "ntp":
+    elif policy in ("ntp", "ntp-pw"):
         s = live / domain_size
-    elif policy == "ntp-pw":
-        s = np.minimum(1.0, live * p.boost / domain_size)
+        if p.experts:
+            # Whole experts: the busiest of L GPUs holds ceil(E / L) where a healthy one holds E / d.
+            s = np.where(live > 0, p.experts / domain_size / np.ceil(p.experts / np.maximum(live, 1)), 0.0)
+        if policy == "ntp-pw":
+            s = np.minimum(1.0, s * p.boost)
     else:
         raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
     return s * alive

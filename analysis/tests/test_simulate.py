@@ -175,6 +175,26 @@ def test_fig7_costs_count_the_pools_failures():
     assert df.loc[64, "stall_fraction"] > df.loc[0, "stall_fraction"] > 0
 
 
+def test_experts_are_whole_on_a_damaged_domain():
+    # Mixtral's 8 experts at EP 8: after one failure a GPU holds 2, so the domain runs at half speed
+    # (a dense domain: 7/8), and ntp-pw's 1.3x does not bring it back.
+    moe = sim.Params(experts=8)
+    assert sim.speed_table(8, "ntp", moe)[1] == 0.5 and sim.speed_table(8, "ntp", sim.Params())[1] == 7 / 8
+    assert sim.speed_table(8, "ntp-pw", moe)[1] == pytest.approx(0.65)
+    # 64 fine-grained experts: ceil(64 / 7) = 10 against 8; at 4 live GPUs 16 each, as the dense 4/8.
+    fine = sim.speed_table(8, "ntp", sim.Params(experts=64))
+    assert fine[1] == pytest.approx(0.8) and fine[4] == 0.5 and fine[5] == 0
+    # E a multiple of every live count the domain may fall to is the dense model's table.
+    assert (sim.speed_table(4, "ntp", sim.Params(experts=12)) == sim.speed_table(4, "ntp", sim.Params())).all()
+    assert list(sim.speed_table(8, "dp-drop", moe)) == list(sim.speed_table(8, "dp-drop", sim.Params()))
+
+
+def test_experts_fewer_than_a_domain_are_refused(capsys):
+    from analysis.__main__ import main as cli
+    assert cli(["simulate", "--gpus", "64", "--domain-size", "8", "--gpus-per-replica", "8", "--experts", "4"]) == 2
+    assert "--experts 4 must be at least --domain-size 8" in capsys.readouterr().err
+
+
 def test_simulate_cli_smoke(tmp_path, capsys, runs):
     from analysis.__main__ import main as cli
     rc = cli(["simulate", "--gpus", "4096", "--domain-size", "8", "--gpus-per-replica", "64", "--trials", "5",
