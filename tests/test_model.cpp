@@ -14,20 +14,22 @@ namespace {
 // balancing loss (weighted 0.1, so its gradient shows) in the loss differentiated.
 class GradientCheck : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GradientCheck, GradientsMatchFiniteDifferences) {
-  const std::uint64_t seed = shared_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  ModelConfig m{32, 8, 2, 4, 16};
-  if (GetParam() != "gpt2") m.family = Family::Llama, m.kv_heads = 2, m.ffn = 40, m.rope_theta = 100.0f;
-  if (GetParam() == "moe") m.experts = 4, m.top_k = 2, m.ffn = 24, m.capacity_factor = 0.75f, m.router_aux_coef = 0.1f;
+// One tensor's comparison at one point: how many samples kept the routing, and their error.
+struct TensorCheck {
+  std::string name;
+  int compared = 0;
+  double error = 0;
+};
+
+// The check at one point drawn from rng: random weights (larger than the init, so every path,
+// attention included, carries signal) and tokens.
+std::vector<TensorCheck> check_point(const ModelConfig& m, std::uint64_t seed, std::mt19937_64& rng) {
   const int B = 2, T = 8, BT = B * T;
   auto be = make_cpu_backend();
   auto self = world_comm()->split(world_comm()->rank(), 0);
   auto model_ptr = make_model(*be, m, TpLayout::even(m, 1), 0, *self, B, T);
   Model& model = *model_ptr;
   model.init_params(seed);
-  std::mt19937_64 rng(seed);
-  // Larger weights than the init make every path (attention included) carry signal.
   for (int t = 0; t < model.layout().tensor_count(); ++t) {
     const auto& slot = model.layout().slot(t);
     const auto noise = random_vec(rng, slot.elems, 0.2f);
@@ -43,43 +45,65 @@ TEST_P(GradientCheck, GradientsMatchFiniteDifferences) {
   // capacity cut flipped by the step) measures a jump, not the gradient, and is not compared.
   model.take_router_stats();
   model.forward(tokens.data(), targets.data(), B);
-  const auto routed = model.take_router_stats().tokens_per_expert;
+  const auto routed = model.take_router_stats().choices;
   Model::RouterStats last;
   auto loss = [&] {
     const double ce = model.forward(tokens.data(), targets.data(), B) / BT;
     last = model.take_router_stats();
     return ce + last.aux_loss;
   };
-  const auto routing = [&] { return last.tokens_per_expert; };
 
   const float eps = 4e-3f;
+  std::vector<TensorCheck> out;
   for (int t = 0; t < model.layout().tensor_count(); ++t) {
     const auto& spec = model.layout().specs()[t];
     const auto& slot = model.layout().slot(t);
     const bool key_bias = spec.name.ends_with("c_attn.bias");
     std::vector<float> analytic, numeric;
-    int jumps = 0;
-    for (int k = 0; k < 12; ++k) {
+    // 12 samples that keep the routing, from at most 36 draws.
+    for (int k = 0; k < 36 && numeric.size() < 12; ++k) {
       long i = long(rng() % slot.elems);
       if (key_bias && (i / m.head_size()) % 3 == 1) i -= m.head_size();  // skip the key bias (gradient is zero)
       float* p = model.param(t) + i;
       const float saved = *p;
       *p = saved + eps;
       const double up = loss();
-      const bool same_up = routing() == routed;
+      const bool same_up = last.choices == routed;
       *p = saved - eps;
       const double down = loss();
-      const bool same_down = routing() == routed;
+      const bool same_down = last.choices == routed;
       *p = saved;
-      if (!same_up || !same_down) {
-        ++jumps;
-        continue;
-      }
+      if (!same_up || !same_down) continue;
       numeric.push_back(float((up - down) / (2 * eps)));
       analytic.push_back(model.grad(t)[i]);
     }
-    EXPECT_LE(jumps, 4) << spec.name << ": too few samples left";
-    EXPECT_LT(rel_l2(numeric, analytic), 2e-2) << spec.name;
+    out.push_back({spec.name, int(numeric.size()), rel_l2(numeric, analytic)});
+  }
+  return out;
+}
+
+TEST_P(GradientCheck, GradientsMatchFiniteDifferences) {
+  const std::uint64_t seed = shared_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  ModelConfig m{32, 8, 2, 4, 16};
+  if (GetParam() != "gpt2") m.family = Family::Llama, m.kv_heads = 2, m.ffn = 40, m.rope_theta = 100.0f;
+  if (GetParam() == "moe") m.experts = 4, m.top_k = 2, m.ffn = 24, m.capacity_factor = 0.75f, m.router_aux_coef = 0.1f;
+  std::mt19937_64 rng(seed);
+  // A mixture's loss jumps where a routing choice flips. A point drawn next to such a boundary (a
+  // near tie of two router logits, which every layer-0 weight moves) leaves a tensor few samples
+  // that keep the routing: it is drawn again, at most 4 times. Dense models never jump.
+  for (int draw = 0;; ++draw) {
+    const std::vector<TensorCheck> checks = check_point(m, seed + draw, rng);
+    const bool enough = std::all_of(checks.begin(), checks.end(), [](const TensorCheck& c) { return c.compared >= 8; });
+    if (!enough && draw < 4) continue;
+    if (GetParam() != "moe") {
+      EXPECT_EQ(draw, 0);
+    }
+    for (const TensorCheck& c : checks) {
+      EXPECT_GE(c.compared, 8) << c.name << ": too few samples keep the routing, after " << draw + 1 << " points";
+      EXPECT_LT(c.error, 2e-2) << c.name;
+    }
+    return;
   }
 }
 

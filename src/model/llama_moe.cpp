@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "llama_model.hpp"
+#include "splitmix64.hpp"
 
 namespace ntp {
 
@@ -35,6 +36,8 @@ void LlamaModel::note_routing(const MoeRouting& r, long BT) {
     routed_.tokens_per_expert[e] += r.tokens_per_expert[e];
     routed_.load_max = std::max(routed_.load_max, double(r.tokens_per_expert[e]) / even);
   }
+  for (std::size_t a = 0; a < r.expert.size(); ++a)
+    routed_.choices = splitmix64(routed_.choices ^ (std::uint64_t(r.expert[a]) << 1 | std::uint64_t(r.kept[a] != 0)));
 }
 
 void LlamaModel::moe_forward(const TpContext& tp, int l, int B) {

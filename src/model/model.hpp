@@ -4,6 +4,7 @@
 // clocks) and the step interface the trainer drives. GptModel and LlamaModel implement the
 // forward and backward; make_model (make_model.hpp) picks one by ModelConfig::family.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -75,6 +76,10 @@ class Model {
     long kept = 0, dropped = 0;
     std::vector<long> tokens_per_expert;
     double load_max = 0;
+    // Every slot's choice (its expert, and whether capacity kept it), hashed in order: two passes
+    // routed alike have the same digest, where counts alone miss a capacity cut that kept another
+    // token, or two tokens that swapped experts.
+    std::uint64_t choices = 0;
   };
   RouterStats take_router_stats() { return std::exchange(routed_, RouterStats{}); }
 
