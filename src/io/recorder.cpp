@@ -447,7 +447,7 @@ std::vector<std::vector<int>> read_replica_batches(hid_t file) {
   h5::Handle ds(H5Dopen2(file, "replicas/batch", H5P_DEFAULT), H5Dclose, "open /replicas/batch");
   if (!flat.empty() && H5Dread(ds, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, flat.data()) < 0)
     throw std::runtime_error("HDF5: cannot read /replicas/batch");
-  for (std::size_t i = 0; i < shape[0]; ++i)
+  for (long i = 0; i < shape[0]; ++i)
     rows.emplace_back(flat.begin() + i * shape[1], flat.begin() + (i + 1) * shape[1]);
   return rows;
 }
