@@ -43,6 +43,8 @@ APT_PACKAGES := build-essential cmake pkg-config git \
   slurm-wlm munge
 # iproute2 (ip netns, veth, bridges) and util-linux (nsenter, unshare, taskset): tests/cluster/.
 APT_PACKAGES += iproute2 util-linux
+# ccache: the builds that compile the same sources with the same flags share their objects (CMakeLists.txt).
+APT_PACKAGES += ccache
 # patchelf: `make gpu-bundle` points the bundle's binaries at its own lib/ (jobs/gpu/make_bundle.sh).
 APT_PACKAGES += patchelf
 # clang, its libFuzzer and sanitizer runtimes, and its OpenMP: `make fuzz` (fuzz/CMakeLists.txt).
