@@ -106,7 +106,7 @@ def test_a_mixture_of_experts_run_is_predicted(tmp_path):
     sched = schedule(tmp_path, "events:\n  - {step: 3, kill: [3]}\n  - {step: 6, revive: [3]}\n")
     out = tmp_path / "moe.h5"
     ntpbench(4, "--preset", "moe-tiny", "--tp", 2, "--timing", "paced", "--machine", "dgx-a100", "--emulate-shape",
-             "mixtral-8x7b", "--time-scale", 16, "--steps", 8, "--schedule", sched, "--policy", "ntp",
+             "mixtral-8x7b", "--time-scale", 2, "--steps", 8, "--schedule", sched, "--policy", "ntp",
              "--out", out, "--quiet")
     run = load_run(out)
     assert run.summary["status"] == "ok", run.summary
