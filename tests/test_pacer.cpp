@@ -35,22 +35,6 @@ ntp::PacingConfig paced() {
   return c;
 }
 
-// A crowded core: every sleep wakes `late` seconds past its end.
-class LateClock final : public PaceClock {
- public:
-  explicit LateClock(double late) : late_(to(late)) {}
-  time_point now() override { return t_; }
-  void sleep_until(time_point t) override { t_ = std::max(t_, t + late_); }
-  double since(time_point t0) const { return std::chrono::duration<double>(t_ - t0).count(); }
-
- private:
-  static time_point::duration to(double s) {
-    return std::chrono::duration_cast<time_point::duration>(std::chrono::duration<double>(s));
-  }
-  time_point::duration late_;
-  time_point t_{std::chrono::seconds(1000)};
-};
-
 constexpr double kMs = 1e-3, kNs = 1e-9;
 
 struct PacerTest : ::testing::Test {
@@ -254,32 +238,4 @@ TEST_F(PacerTest, TheCoveredSecondsLeaveTheHostsOwnTimeOut) {
   const auto began = clock.now();
   pacer.wait(late, began);
   EXPECT_NEAR(pacer.take_covered_seconds(), 0, kNs);
-}
-
-// Late wakes do not add up: what one sleep overslept is taken off the next, so ten 1 ms phases on a
-// core that wakes every sleep 0.1 ms late end 0.1 ms late, not 1 ms (a step's few dozen phases
-// would otherwise stretch it by a percent, which over the time scale changes its emulated time).
-TEST(PacerOversleep, OnlyTheLastLateWakeShows) {
-  LateClock clock(0.1e-3);
-  ntp::Pacer pacer(paced(), clock);
-  const auto t0 = clock.now();
-  for (int k = 0; k < 10; ++k) pacer.pace_compute(0, 1e6);
-  EXPECT_NEAR(clock.since(t0), 10.1e-3, 1e-9);
-  // A link's wait takes what compute overslept off its own sleep too.
-  const auto t = pacer.post(1e6, 1, ntp::Link::Tp, ntp::Traffic::Activations);
-  pacer.wait(t, clock.now());
-  EXPECT_NEAR(clock.since(t0), 11.1e-3, 1e-9);
-}
-
-// Negative control: a new step owes nothing for the last one's late wakes, so phases each in its
-// own step show every late wake, as the pacer did before it took them off.
-TEST(PacerOversleep, ANewStepOwesNothing) {
-  LateClock clock(0.1e-3);
-  ntp::Pacer pacer(paced(), clock);
-  const auto t0 = clock.now();
-  for (int k = 0; k < 10; ++k) {
-    pacer.start_step();
-    pacer.pace_compute(0, 1e6);
-  }
-  EXPECT_NEAR(clock.since(t0), 11e-3, 1e-9);
 }

@@ -40,22 +40,15 @@ double Pacer::transfer_seconds(double bytes, int messages, Link group, Traffic t
 
 void Pacer::sleep_for(double seconds) {
   if (!sleeping_) return;
-  // What an earlier sleep overslept is taken off this one: the rank's emulated timeline does not
-  // drift by every late wake of a crowded core (each one a few tens of microseconds here, a
-  // percent of a step over its few dozen phases, and that percent over the time scale).
-  const double owed = std::min(oversleep_, seconds);
-  oversleep_ -= owed;
-  if (seconds - owed <= 0) return;
-  const auto end = clock_->now() + to_duration(seconds - owed);
+  const auto end = clock_->now() + to_duration(seconds);
   if (!background_) {
     clock_->sleep_until(end);
-  } else {
-    for (auto now = clock_->now(); now < end; now = clock_->now()) {
-      background_();
-      clock_->sleep_until(std::min(end, clock_->now() + std::chrono::microseconds(200)));
-    }
+    return;
   }
-  oversleep_ += std::max(0.0, std::chrono::duration<double>(clock_->now() - end).count());
+  for (auto now = clock_->now(); now < end; now = clock_->now()) {
+    background_();
+    clock_->sleep_until(std::min(end, clock_->now() + std::chrono::microseconds(200)));
+  }
 }
 
 void Pacer::sleep_rest(double real, double target) {

@@ -191,11 +191,6 @@ class Pacer {
     collective();
     note_wait(std::chrono::duration<double>(clock_->now() - t0).count());
   }
-  // A step begins: its timeline starts now, owing nothing for the sleeps of the last one.
-  void start_step() {
-    covered_seconds_ = 0;
-    oversleep_ = 0;
-  }
   // Every counter above back to zero.
   void reset_counters() {
     overruns_ = link_overruns_ = 0;
@@ -220,7 +215,6 @@ class Pacer {
   int link_overruns_ = 0;
   double worst_link_ratio_ = 0, link_overrun_seconds_ = 0;
   double covered_seconds_ = 0;
-  double oversleep_ = 0;  // seconds slept past their end, not yet taken off a later sleep
   Link route_[2] = {Link::Tp, Link::Dp};
   PaceClock::time_point link_free_[2]{};  // per physical link: the end of the last transfer on it
 };

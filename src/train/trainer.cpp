@@ -201,7 +201,7 @@ StepResult Trainer::step(const std::vector<int>& batch) {
   if (static_cast<int>(batch.size()) != topo_.replicas) throw std::logic_error("one batch size per replica");
   StepResult r;
   const auto t_step = Clock::now();
-  pacer_.start_step();  // what came before the step is not its
+  pacer_.take_covered_seconds();  // what came before the step is not its
   r.sample_begin = progress_.cursor;
   r.samples = std::accumulate(batch.begin(), batch.end(), 0LL);
   r.lr = o_.opt.lr_at(progress_.steps + 1);
