@@ -74,6 +74,11 @@ def test_a_stopped_rank_ends_the_job_at_the_hang_timeout(tmp_path):
     assert rc == 5, text[-3000:]
     assert "ntpbench: error: rank 0 made no progress for 3 s in step" in text, text[-3000:]
     assert "--hang-timeout" in text and "the results file holds the steps before it" in text
-    assert waited >= 3, waited  # not before the limit
+    # Not before the limit: rank 0's last progress may precede the stop by up to a step (it may have
+    # been waiting for rank 1 already), so the limit runs out at most one step before 3 s after it.
+    with h5py.File(out) as f:
+        s = f["steps"][()]
+    longest_step = float((s["host_t_end"] - s["host_t_start"]).max())
+    assert waited >= 3 - longest_step, (waited, longest_step)
     # The rows written before the stop are all there, readable.
     assert rows(out) >= 20

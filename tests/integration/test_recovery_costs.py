@@ -16,7 +16,7 @@ COSTS = {k: v["value"] for k, v in PROFILE["recovery"].items()}
 
 def run_at(tmp_path, scale, sched):
     out = tmp_path / f"x{scale}.h5"
-    # tiny charged as gpt2-medium: an emulated step of about 6 ms, 0.4 s here at 64 and 1.5 s at 256.
+    # tiny charged as gpt2-medium: an emulated step of about 6 ms, 0.8 s here at 128 and 3.3 s at 512.
     ntpbench(4, "--preset", "tiny", "--tp", 2, "--timing", "paced", "--machine", "dgx-a100",
              "--emulate-shape", "gpt2-medium", "--time-scale", scale, "--steps", 8, "--schedule", sched,
              "--policy", "ntp", "--out", out, "--quiet")
@@ -32,8 +32,12 @@ def run_at(tmp_path, scale, sched):
 @needs_ulfm
 def test_the_time_scale_changes_no_figure(tmp_path):
     sched = schedule(tmp_path, "events:\n  - {step: 3, kill: [3]}\n  - {step: 5, revive: [3]}\n")
-    runs = {scale: run_at(tmp_path, scale, sched) for scale in (64, 256)}
-    (out, a, ev_a, host_a), (_, b, ev_b, host_b) = runs[64], runs[256]
+    # What is left of this host in an emulated step is its own time outside the pacing (late wakes on a
+    # crowded core, the step's closing collectives: about 2-6 ms a step), over the factor: ETTR 0.4-0.5%
+    # apart between 64 and 256 beside a busy core, 1.1% once on CI (docs/timing.md). At 128 and 512
+    # that residue is half as large; what the check is for, a figure that moves with the factor, is not.
+    runs = {scale: run_at(tmp_path, scale, sched) for scale in (128, 512)}
+    (out, a, ev_a, host_a), (_, b, ev_b, host_b) = runs[128], runs[512]
     for s in (a, b):
         assert s["clock"] == "emulated" and s["status"] == "ok", s
     # The same machine and failure: the same ETTR and goodput ratio within 1%, recovery within 5%.
