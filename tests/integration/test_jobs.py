@@ -22,7 +22,8 @@ JOBS = ROOT / "jobs"
 SCHEDULES = sorted((JOBS / "schedules").glob("*.yaml"))
 CONFIGS = sorted((JOBS / "configs").glob("*.toml"))
 # Without OMP_NUM_THREADS from conftest: run.sh must choose the thread count itself.
-LOCAL_ENV = {k: v for k, v in ENV.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+# NTPBENCH: the scripts run the build under test (NTPBENCH_BUILD), not build/ by default.
+LOCAL_ENV = {k: v for k, v in ENV.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")} | {"NTPBENCH": str(NTPBENCH)}
 
 
 def run(cmd, timeout=300, **kw):
