@@ -133,7 +133,10 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int repli
   h5::ensure_groups(f, "ranks");
   phases_ = make_extendible(f, "ranks/phase_times", H5T_IEEE_F64LE, {hsize_t(ranks), hsize_t(kPhaseCount)});
   std::string names;
-  for (auto n : kPhaseNames) names += (names.empty() ? "" : ",") + std::string(n);
+  for (auto n : kPhaseNames) {
+    if (!names.empty()) names += ',';
+    names += n;
+  }
   h5::set_attr(f, "ranks/phase_times", "phases", names);
   h5::set_attr(f, "ranks/phase_times", "units", std::string("seconds"));
   incarnations_ = make_extendible(f, "ranks/incarnations", incarnation_type_, {});
