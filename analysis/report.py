@@ -150,6 +150,31 @@ def format_failures(path: str, events: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def routing(run) -> dict | None:
+    """A mixture of experts' routing over the run: assignments kept and dropped (/steps), each
+    expert's share of the kept ones (/moe/tokens_per_expert, the rows that were gathered), and the
+    busiest expert of any one layer's pass against an even share (moe_load_max). None for a dense
+    model or a file without the per-expert rows."""
+    per_expert = run.tokens_per_expert
+    if per_expert is None or per_expert.shape[1] == 0:
+        return None
+    totals = per_expert[(per_expert >= 0).all(axis=1)].sum(axis=0)
+    kept, dropped = int(run.steps["moe_kept"].sum()), int(run.steps["moe_dropped"].sum())
+    share = totals / totals.sum() if totals.sum() > 0 else np.full(len(totals), math.nan)
+    return {"experts": len(totals), "kept": kept, "dropped": dropped, "share": share.tolist(),
+            "load_max": float(np.nanmax(run.steps["moe_load_max"])) if len(run.steps) else math.nan}
+
+
+def format_routing(path: str, r: dict) -> str:
+    share = np.asarray(r["share"])
+    least, most = int(np.argmin(share)), int(np.argmax(share))
+    offered = r["kept"] + r["dropped"]
+    return (f"routing in {path} ({r['experts']} experts): {r['kept']} assignments kept, {r['dropped']} dropped "
+            f"({100 * r['dropped'] / offered if offered else 0:.1f}%); each expert's share of the kept: least "
+            f"{100 * share[least]:.1f}% (expert {least}), most {100 * share[most]:.1f}% (expert {most}), even "
+            f"{100 / r['experts']:.1f}%; the busiest expert of one layer's pass: {r['load_max']:.2f}x an even share")
+
+
 def run_row(path: str) -> tuple[dict, list[str]]:
     """The report row of one file and the problems found (empty when /summary agrees)."""
     run = load_run(path)
@@ -176,6 +201,7 @@ def run_row(path: str) -> tuple[dict, list[str]]:
     row["hangs"] = int(len(hangs))
     row["hang_detect_seconds"] = float(hangs["duration"].sum()) if len(hangs) else 0.0
     row["failure_events"] = failure_events(run)
+    row["routing"] = routing(run)
     row["status"] = status
     try:  # paced timing: the machine whose clock the figures are on, and this host's factor
         machine = json.loads(run.attrs.get("paced_machine", "{}") or "{}")
@@ -269,6 +295,10 @@ def main(args) -> int:
             if r["failure_events"]:
                 print()
                 print(format_failures(r["file"], r["failure_events"]))
+        for r in rows:
+            if r["routing"]:
+                print()
+                print(format_routing(r["file"], r["routing"]))
         if any(r["clock"] != "host" for r in rows):
             print("clock `MACHINE/xF`: every figure is the emulated MACHINE's, on its clock (its steps ran F times "
                   "slowed here; each recovery part is charged jobs/machines/MACHINE.yaml's seconds), whatever F; "

@@ -6,6 +6,7 @@
     run.replicas         # dict name -> ndarray [steps, replicas] (tp_degree, batch, state)
     run.phase_times      # ndarray [steps, ranks, phases] seconds, names in run.phases
     run.compute_share    # ndarray [steps, ranks]: each rank's share of its replica's compute (or None)
+    run.tokens_per_expert  # ndarray [steps, experts]: a mixture of experts' kept assignments (or None)
     run.events           # DataFrame (empty, with the documented columns, when /events is absent)
     run.summary          # dict of /summary attributes, or None when the run was cut short
 
@@ -104,6 +105,9 @@ class Run:
     # [steps, ranks]: each rank's share of its replica's compute (/ranks/compute_share; None in
     # files written before it).
     compute_share: np.ndarray | None = None
+    # [steps, experts]: the assignments each expert kept (/moe/tokens_per_expert; -1 in a row whose
+    # reports were not gathered; None for a dense model and in files written before it).
+    tokens_per_expert: np.ndarray | None = None
 
     @property
     def name(self) -> str:
@@ -246,6 +250,8 @@ def _load_once(path: str) -> Run:
 
         compute_share = (np.asarray(f["ranks/compute_share"][()], dtype=float)
                          if "ranks/compute_share" in f else None)
+        tokens_per_expert = (np.asarray(f["moe/tokens_per_expert"][()], dtype=np.int64)
+                             if "moe/tokens_per_expert" in f else None)
 
         if "events" in f:
             events = _read_table(f, path, "events", EVENT_FIELDS)
@@ -266,12 +272,15 @@ def _load_once(path: str) -> Run:
 
     # Keep the rows every per-step dataset holds (a crash can leave them a row apart).
     n = min([len(steps), phase_times.shape[0]] + [a.shape[0] for a in replicas.values()]
-            + ([compute_share.shape[0]] if compute_share is not None else []))
+            + [a.shape[0] for a in (compute_share, tokens_per_expert) if a is not None])
     if n < len(steps):
         steps = steps.iloc[:n].reset_index(drop=True)
     replicas = {k: v[:n] for k, v in replicas.items()}
     phase_times = phase_times[:n]
     if compute_share is not None:
         compute_share = compute_share[:n]
+    if tokens_per_expert is not None:
+        tokens_per_expert = tokens_per_expert[:n]
     return Run(path=path, attrs=attrs, steps=steps, replicas=replicas, phase_times=phase_times,
-               phases=phases, events=events, summary=summary, notes=notes, compute_share=compute_share)
+               phases=phases, events=events, summary=summary, notes=notes, compute_share=compute_share,
+               tokens_per_expert=tokens_per_expert)

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -49,6 +50,17 @@ struct Report {
 };
 
 constexpr int kReportSize = sizeof(Report) / sizeof(double);
+
+// What goes on the channel: the report, then a mixture of experts' kept assignments per expert
+// (`experts` more values, none for a dense model; zero where this rank did not route: only a
+// replica-stage's first TP rank does).
+std::vector<double> report_values(const Report& mine, const StepResult& r, int experts) {
+  std::vector<double> values(std::size_t(kReportSize) + std::size_t(experts), 0.0);
+  std::memcpy(values.data(), &mine, sizeof mine);
+  for (std::size_t e = 0; e < r.moe_tokens_per_expert.size() && e < std::size_t(experts); ++e)
+    values[kReportSize + e] = double(r.moe_tokens_per_expert[e]);
+  return values;
+}
 
 // A point of the step, as the watchdog's progress names it.
 const char* progress_label(StepPoint p) {
@@ -365,17 +377,21 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
                           run_.now());
   // Its own part first: a row written after a failed gather holds what the root knows.
   if (run_.root()) run_.record->set_rank_row(run_.members.me, mine.phases, usage_of(mine));
-  std::vector<double> gathered(run_.root() ? std::size_t(run_.members.group().size()) * kReportSize : 0);
-  run_.members.group().gather(reinterpret_cast<const double*>(&mine), kReportSize, gathered.data(),
-                              run_.members.recorder_index());
+  const int experts = run_.o.model.experts;
+  const std::vector<double> sent = report_values(mine, r, experts);
+  const std::size_t stride = sent.size();
+  std::vector<double> gathered(run_.root() ? std::size_t(run_.members.group().size()) * stride : 0);
+  run_.members.group().gather(sent.data(), stride, gathered.data(), run_.members.recorder_index());
   if (!run_.root()) return;
   Report agg;
   bool slowed = false;
   double link_overruns = 0, overrun_seconds = 0, link_overrun_seconds = 0, host_seconds = 0;
   CommTally control_plane;
   double moe_kept = 0, moe_dropped = 0, moe_load_max = 0;
+  std::vector<double> expert_tokens(std::size_t(experts), 0.0);
   for (int k = 0; k < run_.members.group().size(); ++k) {
-    const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
+    const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * stride]);
+    for (int e = 0; e < experts; ++e) expert_tokens[e] += gathered[std::size_t(k) * stride + kReportSize + e];
     run_.record->set_rank_row(run_.members.in_group[k], rep->phases, usage_of(*rep));
     if (rep->trained && !agg.trained) agg = *rep;
     control_plane.calls += static_cast<long long>(rep->control_calls), control_plane.bytes += rep->control_bytes;
@@ -391,7 +407,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   // calls), against the step's time. One late rank delays its whole replica: not an average.
   std::vector<RankLateness> late;
   for (int k = 0; k < run_.members.group().size(); ++k) {
-    const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * kReportSize]);
+    const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * stride]);
     late.push_back({rep->overrun_seconds, rep->link_overrun_seconds, rep->host_seconds});
   }
   const double worst = worst_rank_lateness(late, peers_uneven(run_.trainer->configuration(), slowed));
@@ -403,6 +419,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   row.host_seconds = host_seconds, row.worst_rank_seconds = worst;
   row.moe_kept = static_cast<long long>(moe_kept), row.moe_dropped = static_cast<long long>(moe_dropped);
   row.moe_load_max = moe_load_max;
+  row.moe_tokens_per_expert.assign(expert_tokens.begin(), expert_tokens.end());
   run_.record->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds, slowed, control_plane},
                            run_.members.group().size());
 }

@@ -114,8 +114,8 @@ void Recorder::make_types() {
 #undef NTP_COMPOUND
 #undef NTP_INSERT_COLUMN
 
-Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int replicas)
-    : path_(path), ranks_(ranks), replicas_(replicas) {
+Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int replicas, int experts)
+    : path_(path), ranks_(ranks), replicas_(replicas), experts_(experts) {
   namespace fs = std::filesystem;
   if (fs::exists(path) && !overwrite)
     throw std::runtime_error("results file '" + path + "' exists; choose another --out or pass --overwrite");
@@ -150,6 +150,13 @@ Recorder::Recorder(const std::string& path, bool overwrite, int ranks, int repli
   probes_ = make_extendible(f, "ranks/probe_ratio", H5T_IEEE_F32LE, {hsize_t(ranks)});
   h5::set_attr(f, "ranks/probe_ratio", "units",
                std::string("an evicted straggler's probe time over the job's healthy one (NaN: not evicted)"));
+  if (experts > 0) {
+    h5::ensure_groups(f, "moe");
+    expert_tokens_ = make_extendible(f, "moe/tokens_per_expert", H5T_STD_I64LE, {hsize_t(experts)});
+    h5::set_attr(f, "moe/tokens_per_expert", "units",
+                 std::string("assignments each expert kept in the step, all replicas, layers and passes (by "
+                             "expert id, wherever it lived; -1: not gathered)"));
+  }
   h5::set_attr(f, "/", "schema_version", std::string(kSchemaVersion));
   flush();
 }
@@ -180,9 +187,9 @@ std::vector<T> read_rows(hid_t ds, hid_t mem_type, std::size_t row_elems) {
 }
 }  // namespace
 
-std::unique_ptr<Recorder> Recorder::reopen(const std::string& path, int ranks, int replicas) {
+std::unique_ptr<Recorder> Recorder::reopen(const std::string& path, int ranks, int replicas, int experts) {
   std::unique_ptr<Recorder> r(new Recorder());
-  r->path_ = path, r->ranks_ = ranks, r->replicas_ = replicas;
+  r->path_ = path, r->ranks_ = ranks, r->replicas_ = replicas, r->experts_ = experts;
   // The previous writer was killed: what it flushed after its last row is on disk (writers take
   // no file lock: h5.cpp). Rows are appended after the ones read back here.
   r->file_ = std::make_unique<h5::File>(path, h5::Mode::ReadWrite);
@@ -199,6 +206,7 @@ std::unique_ptr<Recorder> Recorder::reopen(const std::string& path, int ranks, i
   r->fds_ = open_dataset(f, "ranks/open_fds");
   r->shares_ = open_dataset(f, "ranks/compute_share");
   r->probes_ = open_dataset(f, "ranks/probe_ratio");
+  if (experts > 0) r->expert_tokens_ = open_dataset(f, "moe/tokens_per_expert");
   r->rows_ = read_rows<StepRow>(r->steps_, r->row_type_, 1);
   r->event_rows_ = read_rows<EventRow>(r->events_, r->event_type_, 1);
   r->incarnation_rows_ = read_rows<IncarnationRow>(r->incarnations_, r->incarnation_type_, 1);
@@ -235,9 +243,11 @@ void Recorder::set_attr(const std::string& name, double value) { h5::set_attr(fi
 
 void Recorder::append(const StepRow& row, const ReplicaRow& rep,
                       const std::vector<std::array<double, kPhaseCount>>& phase_seconds,
-                      const std::vector<RankUsage>& usage, const std::vector<float>& compute_share) {
+                      const std::vector<RankUsage>& usage, const std::vector<float>& compute_share,
+                      const std::vector<std::int64_t>& expert_tokens) {
   if (static_cast<int>(phase_seconds.size()) != ranks_ || static_cast<int>(rep.tp_degree.size()) != replicas_ ||
-      static_cast<int>(usage.size()) != ranks_ || static_cast<int>(compute_share.size()) != ranks_)
+      static_cast<int>(usage.size()) != ranks_ || static_cast<int>(compute_share.size()) != ranks_ ||
+      !(expert_tokens.empty() || static_cast<int>(expert_tokens.size()) == experts_))
     throw std::logic_error("recorder: row shape changed");
   const auto n = static_cast<std::int64_t>(rows_.size());
   append_row(steps_, row_type_, n, {}, &row);
@@ -254,6 +264,11 @@ void Recorder::append(const StepRow& row, const ReplicaRow& rep,
   std::vector<float> probes(usage.size());
   for (std::size_t k = 0; k < usage.size(); ++k) probes[k] = usage[k].probe_ratio;
   append_row(probes_, H5T_NATIVE_FLOAT, n, {hsize_t(ranks_)}, probes.data());
+  if (experts_ > 0) {
+    const std::vector<std::int64_t> unknown(std::size_t(experts_), -1);
+    append_row(expert_tokens_, H5T_NATIVE_INT64, n, {hsize_t(experts_)},
+               (expert_tokens.empty() ? unknown : expert_tokens).data());
+  }
   rows_.push_back(row);
   replica_rows_.push_back(rep);
   flush();

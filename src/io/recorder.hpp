@@ -156,11 +156,12 @@ struct ReplicaRow {
 
 class Recorder {
  public:
-  // Refuses to replace an existing file unless overwrite.
-  Recorder(const std::string& path, bool overwrite, int ranks, int replicas);
+  // Refuses to replace an existing file unless overwrite. experts: a mixture of experts' count
+  // (0: a dense model, and no /moe group).
+  Recorder(const std::string& path, bool overwrite, int ranks, int replicas, int experts);
   // Takes over a file whose writer died (the recorder moves to the next live rank): reads back
   // the rows, events and incarnations it holds and appends after them.
-  static std::unique_ptr<Recorder> reopen(const std::string& path, int ranks, int replicas);
+  static std::unique_ptr<Recorder> reopen(const std::string& path, int ranks, int replicas, int experts);
   const std::string& path() const { return path_; }
 
   void set_attr(const std::string& name, const std::string& value);
@@ -169,10 +170,12 @@ class Recorder {
   // /ranks/stage: the pipeline stage of each logical rank (fixed for the run).
   void set_rank_stages(const std::vector<int>& stage);
   // Appends a step: its row, each replica's degree/batch/state, every rank's phase times, process
-  // usage and share of its replica's compute (/ranks/compute_share); flushes.
+  // usage and share of its replica's compute (/ranks/compute_share), and a mixture of experts'
+  // assignments kept per expert (/moe/tokens_per_expert; empty: not gathered, written as -1);
+  // flushes.
   void append(const StepRow& row, const ReplicaRow& replicas,
               const std::vector<std::array<double, kPhaseCount>>& phase_seconds, const std::vector<RankUsage>& usage,
-              const std::vector<float>& compute_share);
+              const std::vector<float>& compute_share, const std::vector<std::int64_t>& expert_tokens);
   void event(const EventRow& e);
   // A process takes logical rank `rank` at time t; the rank's current process ends at time t.
   void incarnation_start(int rank, long long pid, const std::string& host, double t);
@@ -204,8 +207,8 @@ class Recorder {
   std::string path_;
   std::unique_ptr<h5::File> file_;
   h5::Handle steps_, tp_degrees_, batches_, states_, phases_, events_, row_type_, event_type_, incarnations_,
-      incarnation_type_, rss_, fds_, shares_, probes_;
-  int ranks_ = 0, replicas_ = 0;
+      incarnation_type_, rss_, fds_, shares_, probes_, expert_tokens_;
+  int ranks_ = 0, replicas_ = 0, experts_ = 0;
   std::vector<StepRow> rows_;
   std::vector<ReplicaRow> replica_rows_;
   std::vector<EventRow> event_rows_;

@@ -54,7 +54,7 @@ std::string describe_kill_mode(const Options& o) {
 
 void RunRecord::open(int threads) {
   const int ranks = ranks_;
-  rec_ = std::make_unique<Recorder>(o_.out, o_.overwrite, ranks, trainer_.topology().replicas);
+  rec_ = std::make_unique<Recorder>(o_.out, o_.overwrite, ranks, trainer_.topology().replicas, o_.model.experts);
   const nlohmann::json env = environment_record();
   for (auto& [k, v] : env.items()) rec_->set_attr(k, v.get<std::string>());
   rec_->set_attr("config", to_json(o_).dump());
@@ -114,7 +114,7 @@ double RunRecord::load_charge(const RecoveryFigures& f) const {
 }
 
 void RunRecord::reopen(int me, const std::vector<int>& lost, double t) {
-  rec_ = Recorder::reopen(o_.out, ranks_, trainer_.topology().replicas);
+  rec_ = Recorder::reopen(o_.out, ranks_, trainer_.topology().replicas, o_.model.experts);
   start_clock();
   const auto [host, emulated] = rec_->last_moment();
   clock_.resume(host, emulated);
@@ -243,7 +243,9 @@ void RunRecord::record_step(const Attempt& a, int group_size) {
     event(a.t_end, s, EventKind::Nonfinite, -1, -1, 0, 0,
           fmt::format("loss {} grad norm {}: no update ({})", r.loss, r.grad_norm,
                       o_.on_nonfinite == OnNonfinite::Skip ? "skipped" : "the run stops"));
-  rec_->append(row, replica_row(cfg), phase_rows_, usage_rows_, compute_share_row(o_, cfg, usage_rows_.size()));
+  // Per expert only where the reports were gathered (else the recorder's own counts alone).
+  rec_->append(row, replica_row(cfg), phase_rows_, usage_rows_, compute_share_row(o_, cfg, usage_rows_.size()),
+               a.control.calls >= 0 ? r.moe_tokens_per_expert : std::vector<std::int64_t>{});
   recovery_since_row_ = 0;
   note_progress(s, static_cast<int>(rec_->rows().size()));
   warn_first_overrun(row);

@@ -308,8 +308,10 @@ void Trainer::gradients(const std::vector<int>& batch, StepResult& r, const std:
     }
   }
   const Model::RouterStats routed = shard_.model->take_router_stats();
-  if (cfg_.tp_index_of(topo_.world_rank) == 0)
+  if (cfg_.tp_index_of(topo_.world_rank) == 0) {
     r.moe_kept = routed.kept, r.moe_dropped = routed.dropped, r.moe_load_max = routed.load_max;
+    r.moe_tokens_per_expert.assign(routed.tokens_per_expert.begin(), routed.tokens_per_expert.end());
+  }
   at(StepPoint::Sync);
   reduce_tied_embedding();
   shard_.sync->finish();

@@ -6,6 +6,7 @@
 // membership, and shards move with the one reshard primitive from whichever live replica holds
 // them; when a shard is held by no live replica, everyone falls back to the last checkpoint).
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,6 +48,9 @@ struct StepResult {
   // only; 0 elsewhere): assignments kept and dropped, the busiest expert (Model::RouterStats).
   long long moe_kept = 0, moe_dropped = 0;
   double moe_load_max = 0;
+  // The assignments kept per expert (by expert id), on the same ranks; empty for a dense model.
+  // The recorder's row: over every replica and stage (-1 each where the gather failed: empty).
+  std::vector<std::int64_t> moe_tokens_per_expert;
   // This rank's time per phase since the previous step ended (so a step's recovery and idle
   // waiting before it are included).
   std::array<double, kPhaseCount> phase_seconds{};

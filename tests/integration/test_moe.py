@@ -5,11 +5,13 @@ rank 3's experts on the survivors, and --replay on one rank agrees. The same wit
 EP 4 (2+2+1+1, then 2+2+2 over the survivors) and a capacity that drops assignments.
 """
 import json
+import subprocess
+import sys
 
 import h5py
 import pytest
 
-from conftest import events, needs_ulfm, ntpbench, replay, replicas, schedule, steps
+from conftest import ROOT, events, needs_ulfm, ntpbench, replay, replicas, schedule, steps
 
 MOE = ["--preset", "moe-tiny", "--quiet"]
 KILL_AND_REVIVE = "events:\n  - {step: 4, kill: [3]}\n  - {step: 10, revive: [3]}\n"
@@ -43,6 +45,33 @@ def test_the_routing_is_recorded(tmp_path):
     with h5py.File(free, "r") as f:
         model = json.loads(f.attrs["config"])["model"]
     assert model["experts"] == 8 and model["top_k"] == 2
+    # Per expert: each row sums to the step's kept assignments (counted once per replica-stage, not
+    # once per TP rank), and no expert holds more than the worst pass's load allows over the step.
+    for run, st in ((free, s), (capped, c)):
+        per_expert = tokens_per_expert(run)
+        assert per_expert.shape == (3, 8) and (per_expert >= 0).all(), per_expert
+        assert (per_expert.sum(axis=1) == st["moe_kept"]).all(), (per_expert, st["moe_kept"])
+        even = st["tokens"] * 2 * 2 / 8  # layers x top-k x tokens over the experts
+        assert (per_expert.max(axis=1) <= st["moe_load_max"] * even + 1e-9).all(), (per_expert, st)
+    # The report's routing line: the shares read back from the file, and what capacity dropped.
+    for run, st in ((free, s), (capped, c)):
+        rep = subprocess.run([sys.executable, "-m", "analysis", "report", str(run)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert rep.returncode == 0, rep.stdout + rep.stderr
+        share = tokens_per_expert(run).sum(axis=0) / st["moe_kept"].sum()
+        line = next(l for l in rep.stdout.splitlines() if l.startswith("routing in"))
+        assert (f"{st['moe_kept'].sum()} assignments kept, {st['moe_dropped'].sum()} dropped" in line
+                and f"most {100 * share.max():.1f}% (expert {share.argmax()})" in line
+                and f"least {100 * share.min():.1f}% (expert {share.argmin()})" in line), (line, share)
+    dense = tmp_path / "dense.h5"
+    ntpbench(1, "--preset", "tiny", "--steps", 1, "--quiet", "--out", dense, "--no-final-checkpoint")
+    with h5py.File(dense, "r") as f:
+        assert "moe" not in f
+
+
+def tokens_per_expert(path):
+    with h5py.File(path, "r") as f:
+        return f["moe/tokens_per_expert"][()]
 
 
 @needs_ulfm
@@ -57,6 +86,12 @@ def test_a_real_failure_moves_the_experts_and_replays(tmp_path, extra):
     assert "kill" in kinds and "revive" in kinds, kinds
     s = steps(out)
     assert (s["tokens_committed"] == s["tokens"]).all(), s
+    # Rank 3's experts train on its survivors while it is dead: every expert, by id, keeps tokens.
+    # A row whose reports a failure kept from the recorder says so (-1 throughout).
+    per_expert, gathered = tokens_per_expert(out), s["control_calls"] >= 0
+    assert (per_expert[~gathered] == -1).all() and gathered[4:9].all(), (per_expert, gathered)
+    assert (per_expert[gathered].sum(axis=1) == s["moe_kept"][gathered]).all(), (per_expert, s["moe_kept"])
+    assert (per_expert[4:9] > 0).all(), per_expert
     replay(out)
     # The first step against the same replicas on one rank each (TP 1, DP 2): the same loss.
     two = tmp_path / "two.h5"
@@ -74,4 +109,6 @@ def test_pipeline_stages_with_micro_batches_replay(tmp_path):
     ntpbench(8, *MOE, "--tp", 2, "--pp", 2, "--micro-batches", 2, "--steps", 10, "--policy", "ntp",
              "--kill-mode", "signal", "--schedule", schedule(tmp_path, text), "--out", out)
     assert replicas(out, "batch").tolist()[4] == [4, 8]
+    # Each stage routes its own layers: the row is summed over the stages.
+    assert (tokens_per_expert(out).sum(axis=1) == steps(out)["moe_kept"]).all()
     replay(out)
