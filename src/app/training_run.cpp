@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -388,10 +390,10 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   double link_overruns = 0, overrun_seconds = 0, link_overrun_seconds = 0, host_seconds = 0;
   CommTally control_plane;
   double moe_kept = 0, moe_dropped = 0, moe_load_max = 0;
-  std::vector<double> expert_tokens(std::size_t(experts), 0.0);
+  std::vector<std::int64_t> expert_tokens(std::size_t(experts), 0);
   for (int k = 0; k < run_.members.group().size(); ++k) {
     const auto* rep = reinterpret_cast<const Report*>(&gathered[std::size_t(k) * stride]);
-    for (int e = 0; e < experts; ++e) expert_tokens[e] += gathered[std::size_t(k) * stride + kReportSize + e];
+    for (int e = 0; e < experts; ++e) expert_tokens[e] += std::int64_t(gathered[std::size_t(k) * stride + kReportSize + e]);
     run_.record->set_rank_row(run_.members.in_group[k], rep->phases, usage_of(*rep));
     if (rep->trained && !agg.trained) agg = *rep;
     control_plane.calls += static_cast<long long>(rep->control_calls), control_plane.bytes += rep->control_bytes;
@@ -419,7 +421,7 @@ void TrainingRun::report(int s, const StepResult& r, double t_start, double reco
   row.host_seconds = host_seconds, row.worst_rank_seconds = worst;
   row.moe_kept = static_cast<long long>(moe_kept), row.moe_dropped = static_cast<long long>(moe_dropped);
   row.moe_load_max = moe_load_max;
-  row.moe_tokens_per_expert.assign(expert_tokens.begin(), expert_tokens.end());
+  row.moe_tokens_per_expert = std::move(expert_tokens);
   run_.record->record_step({s, row, t_start, t_end, recovery_seconds, idle_seconds, slowed, control_plane},
                            run_.members.group().size());
 }
